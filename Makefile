@@ -1,0 +1,37 @@
+# Everything a fresh machine needs lives here: `make test` and `make demo` create .venv themselves.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+HF_HOME ?= $(CURDIR)/.hf_home
+export HF_HOME
+
+.PHONY: install test demo encoders quality benchmark clean
+
+$(VENV)/.installed: setup.py pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	# torch first and pinned: 2.13.0 is the local CPU wheel; anything else pulls GBs of CUDA wheels.
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e ".[dev,plot]" torch==2.13.0
+	touch $@
+
+install: $(VENV)/.installed
+
+test: install
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -ra
+
+encoders: install
+	$(PY) scripts/install_encoders.py --python $(PY)
+
+demo: install encoders
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) run_glue_multi.py configs/demo.yaml
+
+benchmark: install encoders
+	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) benchmarks/bench_train.py
+
+quality: install
+	$(PY) -m ruff check hf_multiencoder tests run_glue_multi.py benchmarks scripts
+
+clean:
+	rm -rf $(VENV) .hf_home build *.egg-info

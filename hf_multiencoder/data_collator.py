@@ -1,0 +1,28 @@
+"""Data collator for multi-encoder batches (training side; not shipped with the weights)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .tokenization_multiencoder import MultiEncoderTokenizer
+
+
+@dataclass
+class MultiEncoderDataCollator:
+    """Pads each member's inputs to that member's own longest sequence in the batch.
+
+    Takes examples as ``MultiEncoderTokenizer`` (without ``return_tensors``) and ``datasets.map`` store them:
+    per-member lists under ``input_ids``/``attention_mask``/``token_type_ids``/``word_ids``, plus ``word_mask`` and
+    ``label``/``labels``. Returns member-major tensors the model takes. Word labels are padded with -100.
+    """
+
+    tokenizer: MultiEncoderTokenizer
+    pad_to_multiple_of: int | None = None
+    padding: bool | str = True
+    max_length: int | list[int] | None = None
+    return_tensors: str = "pt"
+
+    def __call__(self, features: list[dict]) -> dict:
+        batch = self.tokenizer.pad(features, padding=self.padding, max_length=self.max_length,
+                                   pad_to_multiple_of=self.pad_to_multiple_of, return_tensors=self.return_tensors)
+        return dict(batch)

@@ -1,0 +1,455 @@
+"""MultiEncoder models: several pretrained encoders, each with its own tokenizer, fused into one model.
+
+Inputs are per member: ``input_ids``, ``attention_mask`` and (optionally) ``token_type_ids`` and ``word_ids`` are
+*lists* with one ``(batch, seq_i)`` tensor per member, each padded to that member's own longest sequence.
+[`MultiEncoderTokenizer`] and [`MultiEncoderDataCollator`] produce them; the stock ``Trainer`` and ``pipeline`` pass
+them through unchanged.
+
+Shipped next to the weights (``trust_remote_code``): imports only ``torch``, ``transformers`` and relative modules.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
+from transformers import AutoModel, PreTrainedModel
+from transformers import initialization as init
+from transformers.utils import ModelOutput
+
+from .configuration_multiencoder import MultiEncoderConfig
+from .fusion_multiencoder import build_fusion
+
+_INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids", "word_ids")
+
+
+# ---- outputs ---------------------------------------------------------------------------------------------------
+@dataclass
+class MultiEncoderModelOutput(ModelOutput):
+    """
+    Output of [`MultiEncoderModel`].
+
+    Args:
+        pooler_output (`torch.FloatTensor` of shape `(batch_size, hidden_size)`):
+            The fused sentence vector (sentence mode, no `word_ids` given).
+        last_hidden_state (`torch.FloatTensor` of shape `(batch_size, num_words, hidden_size)`):
+            The fused word vectors (word mode, `word_ids` given).
+        fusion_weights (`torch.FloatTensor` of shape `(batch_size, num_encoders)` or `(batch_size, num_words, num_encoders)`):
+            How much each member contributed to each fused vector (rows sum to 1 with softmax gating). `None` for
+            fusions without weights (`concat`, `mean`).
+        member_embeddings (`tuple(torch.FloatTensor)`):
+            Each member's pooled vector `(batch_size, d_i)` (or word vectors `(batch_size, num_words, d_i)`) before
+            fusion.
+        word_mask (`torch.LongTensor` of shape `(batch_size, num_words)`):
+            Word mode: 1 for words that at least one member saw (not cut off by every member's `max_length`).
+    """
+
+    pooler_output: torch.FloatTensor | None = None
+    last_hidden_state: torch.FloatTensor | None = None
+    fusion_weights: torch.FloatTensor | None = None
+    member_embeddings: tuple[torch.FloatTensor, ...] | None = None
+    word_mask: torch.LongTensor | None = None
+
+
+@dataclass
+class MultiEncoderSequenceClassifierOutput(ModelOutput):
+    """
+    Output of [`MultiEncoderForSequenceClassification`].
+
+    Args:
+        loss (`torch.FloatTensor` of shape `(1,)`, *optional*, returned when `labels` is provided):
+            Classification (or regression if `config.num_labels == 1`) loss.
+        logits (`torch.FloatTensor` of shape `(batch_size, num_labels)`):
+            Classification (or regression) scores, before softmax.
+        fusion_weights (`torch.FloatTensor` of shape `(batch_size, num_encoders)`):
+            The weight of each member in each sentence's fused vector (DME/CDME; `None` for `concat`/`mean`).
+            `config.encoder_names` names the columns.
+        pooler_output (`torch.FloatTensor` of shape `(batch_size, hidden_size)`):
+            The fused sentence vector the classifier saw.
+    """
+
+    loss: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None
+    fusion_weights: torch.FloatTensor | None = None
+    pooler_output: torch.FloatTensor | None = None
+
+
+@dataclass
+class MultiEncoderTokenClassifierOutput(ModelOutput):
+    """
+    Output of [`MultiEncoderForTokenClassification`]. Positions are *words*, not subword tokens.
+
+    Args:
+        loss (`torch.FloatTensor` of shape `(1,)`, *optional*, returned when `labels` is provided):
+            Cross-entropy over words whose label is not -100.
+        logits (`torch.FloatTensor` of shape `(batch_size, num_words, num_labels)`):
+            Scores per word.
+        fusion_weights (`torch.FloatTensor` of shape `(batch_size, num_words, num_encoders)`):
+            The weight of each member for each word (DME/CDME; `None` for `concat`/`mean`).
+        word_mask (`torch.LongTensor` of shape `(batch_size, num_words)`):
+            1 for real words that at least one member saw, 0 for padding and words every member cut off.
+    """
+
+    loss: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None
+    fusion_weights: torch.FloatTensor | None = None
+    word_mask: torch.LongTensor | None = None
+
+
+# ---- pooling -----------------------------------------------------------------------------------------------------
+def _masked_mean(states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    mask = mask.unsqueeze(-1).to(states.dtype)  # (batch, seq, 1)
+    return (states * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+
+
+def pool_sentence(method: str, last_hidden_state, hidden_states, attention_mask) -> torch.Tensor:
+    """One vector per sentence from a member's token states."""
+    if method == "cls":
+        return last_hidden_state[:, 0]
+    if method == "mean":
+        return _masked_mean(last_hidden_state, attention_mask)
+    last4 = [_masked_mean(h, attention_mask) for h in hidden_states[-4:]]  # 4 x (batch, width)
+    if method == "last4":
+        return torch.cat(last4, dim=-1)  # (batch, 4 * width)
+    return torch.stack(last4, dim=0).mean(dim=0)  # last4_mean: (batch, width)
+
+
+def pool_words(method: str, states: torch.Tensor, word_ids: torch.Tensor, num_words: int):
+    """Subword states ``(batch, seq, dim)`` to word vectors ``(batch, num_words, dim)``, vectorised.
+
+    ``word_ids[b, t]`` is the word subword ``t`` belongs to, or -1 (special tokens, padding). Returns the word
+    vectors and a ``(batch, num_words)`` mask of the words this member saw (a word cut off by the member's
+    ``max_length`` has no subword: its vector is zero and its mask 0).
+    """
+    batch, seq, dim = states.shape
+    valid = word_ids >= 0
+    index = torch.where(valid, word_ids, torch.full_like(word_ids, num_words))  # padding goes to a spare slot
+    counts = states.new_zeros(batch, num_words + 1).scatter_add_(1, index, valid.to(states.dtype))
+    present = counts[:, :num_words] > 0  # (batch, num_words)
+    if method == "mean":
+        summed = states.new_zeros(batch, num_words + 1, dim)
+        summed.scatter_add_(1, index.unsqueeze(-1).expand(-1, -1, dim), states)
+        words = summed[:, :num_words] / counts[:, :num_words].clamp(min=1).unsqueeze(-1)
+    else:  # first subword of each word
+        positions = torch.arange(seq, device=states.device).expand(batch, seq)
+        first = torch.full((batch, num_words + 1), seq, dtype=positions.dtype, device=states.device)
+        first = first.scatter_reduce(1, index, positions, reduce="amin", include_self=True)[:, :num_words]
+        padded = torch.cat([states, states.new_zeros(batch, 1, dim)], dim=1)  # index `seq` reads zeros
+        words = padded.gather(1, first.unsqueeze(-1).expand(-1, -1, dim))
+    return words, present
+
+
+def _as_list(value, n: int, key: str) -> list:
+    if value is None:
+        return [None] * n
+    if isinstance(value, torch.Tensor) or not isinstance(value, (list, tuple)):
+        raise ValueError(
+            f"`{key}` must be a list with one tensor per member encoder ({n}), got {type(value).__name__}. Build "
+            f"batches with MultiEncoderTokenizer / MultiEncoderDataCollator."
+        )
+    if len(value) != n:
+        raise ValueError(
+            f"`{key}` has inputs for {len(value)} member encoders but the model has {n}: every member needs its own "
+            f"inputs (was the tokenizer built for other members?)."
+        )
+    return list(value)
+
+
+# ---- models ------------------------------------------------------------------------------------------------------
+class MultiEncoderPreTrainedModel(PreTrainedModel):
+    config_class = MultiEncoderConfig
+    base_model_prefix = "multiencoder"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    # The loss is a plain mean over the batch: let the Trainer scale it for gradient accumulation.
+    accepts_loss_kwargs = False
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        """Initialise only what is new (fusion, head); members initialise themselves or come pretrained."""
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+
+    def estimate_tokens(self, input_dict) -> int:
+        """Tokens in a batch, summed over members (``input_ids`` is a list here)."""
+        ids = input_dict.get("input_ids")
+        if isinstance(ids, (list, tuple)):
+            return sum(int(t.numel()) for t in ids if t is not None)
+        return super().estimate_tokens(input_dict)
+
+    @classmethod
+    def from_encoders(cls, encoders, encoder_names=None, encoder_kwargs=None, **kwargs):
+        """Assemble a model from pretrained member checkpoints (any name or folder ``AutoModel`` accepts).
+
+        Member weights are loaded as they are; only the fusion and the head are new. ``kwargs`` go to the config
+        (``fusion=``, ``pooling=``, ``num_labels=``, ``id2label=``, ...).
+        """
+        if isinstance(encoders, str) or not encoders:
+            raise ValueError("`encoders` must be a non-empty list of checkpoint names or folders.")
+        members = [AutoModel.from_pretrained(name, **(encoder_kwargs or {})) for name in encoders]
+        config = MultiEncoderConfig.from_encoder_configs(
+            [m.config for m in members], encoder_names=encoder_names or [str(e) for e in encoders], **kwargs
+        )
+        model = cls(config)
+        for i, member in enumerate(members):
+            model.base_model.load_member_state_dict(i, member.state_dict())
+        return model
+
+
+class MultiEncoderModel(MultiEncoderPreTrainedModel):
+    """Members + fusion. Returns the fused vector(s) and the fusion weights.
+
+    Sentence mode (no ``word_ids``): each member's token states are pooled per ``config.pooling``; word mode
+    (``word_ids`` and ``word_mask`` given): each member's subword states are pooled per word
+    (``config.word_pooling``) and the word vectors are fused word by word.
+    """
+
+    def __init__(self, config: MultiEncoderConfig, word_level: bool = False):
+        super().__init__(config)
+        if config.num_encoders == 0:
+            raise ValueError("MultiEncoderConfig has no member encoders: build it with `encoders=[...]`.")
+        self.word_level = word_level
+        self.encoders = nn.ModuleList()
+        for i in range(config.num_encoders):
+            member = AutoModel.from_config(config.get_encoder_config(i))
+            if isinstance(getattr(member, "pooler", None), nn.Module):
+                member.pooler = None  # unused (we pool ourselves): keeps every parameter trained and DDP happy
+            self.encoders.append(member)
+        self._takes_token_type_ids = [
+            "token_type_ids" in inspect.signature(m.forward).parameters for m in self.encoders
+        ]
+        self._needs_hidden_states = [p.startswith("last4") for p in config.encoder_poolings] if not word_level else [
+            False] * config.num_encoders
+        fusion_kwargs = {
+            "fusion_dim": config.fusion_dim,
+            "fusion_gating": config.fusion_gating,
+            "cdme_hidden_size": config.cdme_hidden_size,
+            "context_sizes": config.encoder_hidden_sizes,
+        }
+        self.fusion = build_fusion(config.fusion, config.pooled_sizes(word_level), **fusion_kwargs)
+        self.fusion_norm = nn.LayerNorm(self.fusion.output_size) if config.fusion_layer_norm else nn.Identity()
+        self.fusion_dropout = nn.Dropout(config.fusion_dropout)
+        self.post_init()
+
+    @property
+    def output_size(self) -> int:
+        return self.fusion.output_size
+
+    def load_member_state_dict(self, i: int, state_dict: dict) -> None:
+        """Load pretrained weights into member ``i`` (strict, except for the pooler we do not use)."""
+        member = self.encoders[i]
+        own = set(member.state_dict())
+        state_dict = {k: v for k, v in state_dict.items() if k in own or not k.startswith("pooler.")}
+        member.load_state_dict(state_dict, strict=True)
+
+    def encode_member(self, i, input_ids, attention_mask, token_type_ids=None):
+        """Run member ``i``; returns its last hidden state and (if its pooling needs them) all hidden states."""
+        kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None and self._takes_token_type_ids[i]:
+            kwargs["token_type_ids"] = token_type_ids
+        out = self.encoders[i](**kwargs, output_hidden_states=self._needs_hidden_states[i], return_dict=True)
+        return out.last_hidden_state, out.hidden_states
+
+    def forward(
+        self,
+        input_ids: list[torch.Tensor] | None = None,
+        attention_mask: list[torch.Tensor] | None = None,
+        token_type_ids: list[torch.Tensor | None] | None = None,
+        word_ids: list[torch.Tensor] | None = None,
+        word_mask: torch.Tensor | None = None,
+        **kwargs,
+    ) -> MultiEncoderModelOutput:
+        n = self.config.num_encoders
+        if input_ids is None:
+            raise ValueError("`input_ids` is required: a list with one (batch, seq) tensor per member encoder.")
+        input_ids = _as_list(input_ids, n, "input_ids")
+        attention_mask = _as_list(attention_mask, n, "attention_mask")
+        token_type_ids = _as_list(token_type_ids, n, "token_type_ids")
+        for i, ids in enumerate(input_ids):
+            if ids is None:
+                raise ValueError(f"`input_ids` has no tensor for member {i} ({self.config.encoder_names[i]}).")
+        attention_mask = [torch.ones_like(ids) if m is None else m for ids, m in zip(input_ids, attention_mask)]
+        word_level = word_ids is not None
+        if word_level != self.word_level:
+            raise ValueError(
+                "This model works on words: pass `word_ids` and `word_mask` (tokenize with is_split_into_words=True)."
+                if self.word_level else "`word_ids` given to a sentence-level model; drop them."
+            )
+        if word_level:
+            word_ids = _as_list(word_ids, n, "word_ids")
+            if word_mask is None:
+                raise ValueError("Word mode needs `word_mask` (batch, num_words) next to `word_ids`.")
+            num_words = word_mask.size(1)
+
+        embeddings, contexts, presents = [], [], []
+        for i in range(n):
+            last, hidden = self.encode_member(i, input_ids[i], attention_mask[i], token_type_ids[i])
+            if word_level:
+                words, present = pool_words(self.config.word_pooling, last, word_ids[i], num_words)
+                embeddings.append(words)  # (batch, num_words, d_i)
+                contexts.append((words, present & word_mask.bool()))
+                presents.append(present)
+            else:
+                pooling = self.config.encoder_poolings[i]
+                embeddings.append(pool_sentence(pooling, last, hidden, attention_mask[i]))  # (batch, d_i)
+                contexts.append((last, attention_mask[i]))
+
+        member_mask = torch.stack(presents, dim=-1) if word_level else None  # (batch, num_words, n)
+        fused, weights = self.fusion(embeddings, contexts if self.fusion.needs_context else None,
+                                     member_mask=member_mask)
+        fused = self.fusion_dropout(self.fusion_norm(fused))
+        out_mask = None
+        if word_level:
+            out_mask = (word_mask.bool() & member_mask.any(dim=-1)).long()
+        return MultiEncoderModelOutput(
+            pooler_output=None if word_level else fused,
+            last_hidden_state=fused if word_level else None,
+            fusion_weights=weights,
+            member_embeddings=tuple(embeddings),
+            word_mask=out_mask,
+        )
+
+
+class MultiEncoderForSequenceClassification(MultiEncoderPreTrainedModel):
+    """Multi-encoder with a linear head on the fused sentence vector: single-label or multi-label classification,
+    or regression, by ``config.problem_type`` (as transformers' own heads)."""
+
+    def __init__(self, config: MultiEncoderConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.multiencoder = MultiEncoderModel(config)
+        self.dropout = nn.Dropout(config.classifier_dropout or 0.0)
+        self.classifier = nn.Linear(self.multiencoder.output_size, config.num_labels)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: list[torch.Tensor] | None = None,
+        attention_mask: list[torch.Tensor] | None = None,
+        token_type_ids: list[torch.Tensor | None] | None = None,
+        labels: torch.Tensor | None = None,
+        **kwargs,
+    ) -> MultiEncoderSequenceClassifierOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            Class indices in `[0, num_labels)`; floats for regression (`num_labels == 1`); multi-hot floats of shape
+            `(batch_size, num_labels)` for multi-label classification.
+        """
+        out = self.multiencoder(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        logits = self.classifier(self.dropout(out.pooler_output))  # (batch, num_labels)
+        loss = None
+        if labels is not None:
+            labels = labels.to(logits.device)
+            if self.config.problem_type is None:
+                if self.num_labels == 1:
+                    self.config.problem_type = "regression"
+                elif labels.dtype in (torch.long, torch.int):
+                    self.config.problem_type = "single_label_classification"
+                else:
+                    self.config.problem_type = "multi_label_classification"
+            if self.config.problem_type == "regression":
+                loss = MSELoss()(logits.squeeze(-1), labels.squeeze(-1).to(logits.dtype))
+            elif self.config.problem_type == "single_label_classification":
+                loss = CrossEntropyLoss()(logits.view(-1, self.num_labels), labels.view(-1))
+            else:
+                loss = BCEWithLogitsLoss()(logits, labels.to(logits.dtype))
+        return MultiEncoderSequenceClassifierOutput(
+            loss=loss, logits=logits, fusion_weights=out.fusion_weights, pooler_output=out.pooler_output
+        )
+
+    @torch.no_grad()
+    def predict_with_fusion_weights(self, tokenizer, sentences, text_pairs=None, batch_size: int = 32,
+                                    max_length: int = 128) -> dict:
+        """Predict a list of sentences and report each one's per-member fusion weights.
+
+        Returns ``{"Sentences": [...], "Predictions": [label, ...], "DME scores": [{member: weight}, ...]}``
+        (``"DME scores"`` holds ``None`` per sentence for fusions without weights), the shape of the original
+        project's ``predict_tags``. Regression models predict the score.
+        """
+        if isinstance(sentences, str):
+            sentences = [sentences]
+        self.eval()
+        preds, scores = [], []
+        for start in range(0, len(sentences), batch_size):
+            chunk = sentences[start:start + batch_size]
+            pairs = None if text_pairs is None else text_pairs[start:start + batch_size]
+            batch = tokenizer(chunk, text_pair=pairs, padding=True, truncation=True, max_length=max_length,
+                              return_tensors="pt").to(self.device)
+            out = self(**batch)
+            if self.config.problem_type == "regression" or self.num_labels == 1:
+                preds.extend(out.logits.squeeze(-1).tolist())
+            else:
+                id2label = self.config.id2label
+                preds.extend(id2label[i] for i in out.logits.argmax(-1).tolist())
+            if out.fusion_weights is None:
+                scores.extend([None] * len(chunk))
+            else:
+                for row in out.fusion_weights.float().cpu().tolist():
+                    scores.append({name: round(w, 4) for name, w in zip(self.config.encoder_names, row)})
+        return {"Sentences": list(sentences), "Predictions": preds, "DME scores": scores}
+
+
+class MultiEncoderForTokenClassification(MultiEncoderPreTrainedModel):
+    """Multi-encoder tagger: members' subword states pooled to words, fused per word, a linear head per word."""
+
+    def __init__(self, config: MultiEncoderConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.multiencoder = MultiEncoderModel(config, word_level=True)
+        self.dropout = nn.Dropout(config.classifier_dropout or 0.0)
+        self.classifier = nn.Linear(self.multiencoder.output_size, config.num_labels)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: list[torch.Tensor] | None = None,
+        attention_mask: list[torch.Tensor] | None = None,
+        token_type_ids: list[torch.Tensor | None] | None = None,
+        word_ids: list[torch.Tensor] | None = None,
+        word_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        **kwargs,
+    ) -> MultiEncoderTokenClassifierOutput:
+        r"""
+        word_ids (`list[torch.LongTensor]`, one `(batch_size, seq_i)` per member):
+            The word each subword belongs to; -1 for special tokens and padding.
+        word_mask (`torch.LongTensor` of shape `(batch_size, num_words)`):
+            1 for real words.
+        labels (`torch.LongTensor` of shape `(batch_size, num_words)`, *optional*):
+            A label per word; -100 is ignored. Words every member cut off are ignored too.
+        """
+        if word_ids is None:
+            raise ValueError("Token classification needs `word_ids` and `word_mask`: tokenize pre-split words with "
+                             "MultiEncoderTokenizer(..., is_split_into_words=True).")
+        out = self.multiencoder(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                                word_ids=word_ids, word_mask=word_mask)
+        logits = self.classifier(self.dropout(out.last_hidden_state))  # (batch, num_words, num_labels)
+        loss = None
+        if labels is not None:
+            labels = labels.to(logits.device)
+            labels = labels.masked_fill(out.word_mask == 0, -100)  # words no member saw carry no signal
+            loss = CrossEntropyLoss()(logits.view(-1, self.num_labels), labels.view(-1))
+        return MultiEncoderTokenClassifierOutput(
+            loss=loss, logits=logits, fusion_weights=out.fusion_weights, word_mask=out.word_mask
+        )
+
+
+__all__ = [
+    "MultiEncoderPreTrainedModel",
+    "MultiEncoderModel",
+    "MultiEncoderForSequenceClassification",
+    "MultiEncoderForTokenClassification",
+    "MultiEncoderModelOutput",
+    "MultiEncoderSequenceClassifierOutput",
+    "MultiEncoderTokenClassifierOutput",
+]

@@ -1,0 +1,302 @@
+"""MultiEncoderTokenizer: one tokenizer per member, behind the usual tokenizer interface.
+
+Each member encodes the text (or the pair, or the pre-split words) in its own format. Without ``return_tensors``
+a batch comes back example-major (``input_ids[b] == [ids of member 0, ids of member 1, ...]``) so that
+``datasets.map`` stores it as columns; with ``return_tensors="pt"`` (and from [`MultiEncoderTokenizer.pad`]) it comes
+back member-major, as the model takes it: ``input_ids[i]`` is a ``(batch, seq_i)`` tensor padded to member ``i``'s own
+longest sequence.
+
+Saved layout: ``tokenizer_config.json`` (names, ``auto_map``) and one sub-folder per member (``tokenizer_0/``, ...).
+
+Shipped next to the weights (``trust_remote_code``): imports only ``torch``, ``transformers`` and relative modules.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import torch
+from transformers import AutoTokenizer, BatchEncoding
+from transformers.dynamic_module_utils import custom_object_save
+from transformers.utils import PushToHubMixin, cached_file
+
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+_HUB_KWARGS = ("cache_dir", "force_download", "proxies", "token", "revision", "local_files_only", "subfolder")
+
+
+def member_folder(i: int) -> str:
+    return f"tokenizer_{i}"
+
+
+class MultiEncoderBatch(BatchEncoding):
+    """A [`BatchEncoding`] whose values may be lists of per-member tensors; ``.to()`` moves those too."""
+
+    def to(self, device, non_blocking: bool = False) -> MultiEncoderBatch:
+        def move(v):
+            if isinstance(v, torch.Tensor):
+                return v.to(device, non_blocking=non_blocking)
+            if isinstance(v, (list, tuple)):
+                return [move(x) for x in v]
+            return v
+
+        self.data = {k: move(v) for k, v in self.data.items()}
+        return self
+
+
+class MultiEncoderTokenizer(PushToHubMixin):
+    """Tokenizes text for every member of a multi-encoder.
+
+    Args:
+        tokenizers (`list[PreTrainedTokenizerBase]`): one (fast) tokenizer per member, in the model's member order.
+        encoder_names (`list[str]`, *optional*): the members' display names (checked against the model's).
+    """
+
+    model_input_names = ["input_ids", "attention_mask", "token_type_ids", "word_ids", "word_mask"]
+    padding_side = "right"
+    _auto_class = None
+
+    def __init__(self, tokenizers: list, encoder_names: list[str] | None = None, **kwargs):
+        if not tokenizers:
+            raise ValueError("MultiEncoderTokenizer needs at least one member tokenizer.")
+        self.tokenizers = list(tokenizers)
+        self.encoder_names = [str(n) for n in (encoder_names or [t.name_or_path for t in self.tokenizers])]
+        if len(self.encoder_names) != len(self.tokenizers):
+            raise ValueError(f"{len(self.encoder_names)} names for {len(self.tokenizers)} member tokenizers.")
+        self.init_kwargs = kwargs
+        self.name_or_path = kwargs.get("name_or_path", "")
+
+    # ---- construction, save, load ------------------------------------------------------------------------------
+    @classmethod
+    def from_encoders(cls, encoders: list[str], encoder_names: list[str] | None = None, **kwargs):
+        """One tokenizer per member checkpoint (any name or folder ``AutoTokenizer`` accepts)."""
+        if isinstance(encoders, str) or not encoders:
+            raise ValueError("`encoders` must be a non-empty list of checkpoint names or folders.")
+        return cls([AutoTokenizer.from_pretrained(e, **kwargs) for e in encoders],
+                   encoder_names=encoder_names or [str(e) for e in encoders])
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        hub_kwargs = {k: kwargs[k] for k in _HUB_KWARGS if kwargs.get(k) is not None}
+        config_file = cached_file(pretrained_model_name_or_path, TOKENIZER_CONFIG_FILE, **hub_kwargs)
+        with open(config_file, encoding="utf-8") as f:
+            tok_config = json.load(f)
+        if "member_tokenizers" not in tok_config:
+            raise ValueError(f"{pretrained_model_name_or_path} holds no MultiEncoderTokenizer (no `member_tokenizers` "
+                             f"in its {TOKENIZER_CONFIG_FILE}).")
+        parent = hub_kwargs.pop("subfolder", None)
+        tokenizers = [
+            AutoTokenizer.from_pretrained(pretrained_model_name_or_path,
+                                          subfolder=f"{parent}/{sub}" if parent else sub, **hub_kwargs)
+            for sub in tok_config["member_tokenizers"]
+        ]
+        return cls(tokenizers, encoder_names=tok_config.get("encoder_names"),
+                   name_or_path=str(pretrained_model_name_or_path))
+
+    def save_pretrained(self, save_directory, push_to_hub: bool = False, **kwargs) -> tuple[str, ...]:
+        if os.path.isfile(save_directory):
+            raise ValueError(f"Provided path ({save_directory}) should be a directory, not a file.")
+        if push_to_hub:
+            commit_message = kwargs.pop("commit_message", None)
+            repo_id = kwargs.pop("repo_id", str(save_directory).split(os.path.sep)[-1])
+            repo_id = self._create_repo(repo_id, **kwargs)
+            files_timestamps = self._get_files_timestamps(save_directory)
+        os.makedirs(save_directory, exist_ok=True)
+        files = []
+        for i, tok in enumerate(self.tokenizers):
+            files.extend(tok.save_pretrained(os.path.join(save_directory, member_folder(i))))
+        tok_config = {
+            "tokenizer_class": type(self).__name__,
+            "encoder_names": self.encoder_names,
+            "member_tokenizers": [member_folder(i) for i in range(len(self.tokenizers))],
+        }
+        if self._auto_class is not None:
+            custom_object_save(self, save_directory, config=tok_config)
+        path = os.path.join(save_directory, TOKENIZER_CONFIG_FILE)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(json.dumps(tok_config, indent=2, sort_keys=True) + "\n")
+        files.append(path)
+        if push_to_hub:
+            self._upload_modified_files(save_directory, repo_id, files_timestamps, commit_message=commit_message,
+                                        token=kwargs.get("token"))
+        return tuple(str(f) for f in files)
+
+    @classmethod
+    def register_for_auto_class(cls, auto_class="AutoTokenizer"):
+        """Make ``save_pretrained`` ship this file and write ``auto_map`` (``trust_remote_code`` loading)."""
+        if not isinstance(auto_class, str):
+            auto_class = auto_class.__name__
+        cls._auto_class = auto_class
+
+    # ---- properties the pipeline and collators read -----------------------------------------------------------
+    @property
+    def num_encoders(self) -> int:
+        return len(self.tokenizers)
+
+    @property
+    def pad_token_id(self) -> int:
+        return self.tokenizers[0].pad_token_id
+
+    @property
+    def model_max_length(self) -> int:
+        return min(t.model_max_length for t in self.tokenizers)
+
+    @property
+    def returns_token_type_ids(self) -> list[bool]:
+        return ["token_type_ids" in t.model_input_names for t in self.tokenizers]
+
+    def __len__(self) -> int:
+        return self.num_encoders
+
+    def __repr__(self) -> str:
+        members = ", ".join(f"{n}: {type(t).__name__}" for n, t in zip(self.encoder_names, self.tokenizers))
+        return f"{type(self).__name__}({members})"
+
+    def check_model(self, model) -> None:
+        """Raise if this tokenizer was built for other members than ``model``'s."""
+        names = list(model.config.encoder_names)
+        if len(names) != self.num_encoders:
+            raise ValueError(f"The tokenizer has {self.num_encoders} member tokenizers but the model has "
+                             f"{len(names)} members ({names}).")
+        for i, (tok, cfg_vocab) in enumerate(zip(self.tokenizers, model.config.encoders)):
+            vocab = cfg_vocab.get("vocab_size")
+            if vocab is not None and len(tok) > vocab:
+                raise ValueError(f"Member {i}: tokenizer {self.encoder_names[i]!r} has {len(tok)} tokens but member "
+                                 f"{names[i]!r} has a vocabulary of {vocab}: the tokenizer was built for another "
+                                 f"model.")
+
+    # ---- encoding ---------------------------------------------------------------------------------------------
+    def __call__(
+        self,
+        text=None,
+        text_pair=None,
+        is_split_into_words: bool = False,
+        padding: bool | str = False,
+        truncation: bool | str | None = None,
+        max_length: int | list[int] | None = None,
+        return_tensors: str | None = None,
+        pad_to_multiple_of: int | None = None,
+        **kwargs,
+    ) -> MultiEncoderBatch:
+        """Encode for every member. ``max_length`` may be one value or one per member.
+
+        With ``is_split_into_words=True`` (token classification) each example is a list of words; the output adds,
+        per member, ``word_ids`` (the word of each subword, -1 for special tokens) and per example ``word_mask``.
+        A word cut off by a member's ``max_length`` has no subword in that member (see the model's docs).
+        """
+        if text is None:
+            raise ValueError("`text` is required.")
+        single = isinstance(text, str) or (is_split_into_words and text and isinstance(text[0], str))
+        texts = [text] if single else list(text)
+        pairs = None if text_pair is None else ([text_pair] if single else list(text_pair))
+        if pairs is not None and len(pairs) != len(texts):
+            raise ValueError(f"{len(texts)} texts but {len(pairs)} text pairs.")
+        max_lengths = max_length if isinstance(max_length, (list, tuple)) else [max_length] * self.num_encoders
+        if len(max_lengths) != self.num_encoders:
+            raise ValueError(f"`max_length` has {len(max_lengths)} values for {self.num_encoders} member encoders.")
+        if padding == "max_length" and any(m is None for m in max_lengths):
+            raise ValueError("padding='max_length' needs `max_length`.")
+
+        any_tt = any(self.returns_token_type_ids)
+        examples: list[dict[str, Any]] = [
+            {"input_ids": [], "attention_mask": [], **({"token_type_ids": []} if any_tt else {})} for _ in texts
+        ]
+        if is_split_into_words:
+            for ex, words in zip(examples, texts):
+                ex["word_ids"] = []
+                ex["word_mask"] = [1] * len(words)
+        for i, tok in enumerate(self.tokenizers):
+            enc = tok(texts, text_pair=pairs, is_split_into_words=is_split_into_words, padding=False,
+                      truncation=truncation, max_length=max_lengths[i], **kwargs)
+            for b, ex in enumerate(examples):
+                ids = enc["input_ids"][b]
+                ex["input_ids"].append(ids)
+                ex["attention_mask"].append(enc["attention_mask"][b])
+                if any_tt:
+                    ex["token_type_ids"].append(enc["token_type_ids"][b] if "token_type_ids" in enc else [0] * len(ids))
+                if is_split_into_words:
+                    ex["word_ids"].append([-1 if w is None else w for w in enc.word_ids(b)])
+
+        if return_tensors is None and not padding:
+            if single:
+                return MultiEncoderBatch(examples[0])
+            return MultiEncoderBatch({k: [ex[k] for ex in examples] for k in examples[0]})
+        padded = self.pad(examples, padding=padding or True, max_length=max_lengths,
+                          pad_to_multiple_of=pad_to_multiple_of, return_tensors=return_tensors)
+        return padded
+
+    def pad(self, features: list[dict], padding: bool | str = True, max_length: int | list[int] | None = None,
+            pad_to_multiple_of: int | None = None, return_tensors: str | None = "pt") -> MultiEncoderBatch:
+        """Pad a list of example-major features into member-major tensors, each member to its own longest.
+
+        Keys: ``input_ids``/``attention_mask``/``token_type_ids``/``word_ids`` (lists per member), ``word_mask``, and
+        labels (``label``/``labels``: scalars, or one label per word padded with -100). Other keys pass through
+        as lists.
+        """
+        if not features:
+            raise ValueError("Nothing to pad: `features` is empty.")
+        n = self.num_encoders
+        for b, f in enumerate(features):
+            if "input_ids" not in f:
+                raise ValueError(f"Example {b} has no `input_ids`: tokenize it with MultiEncoderTokenizer first.")
+            if len(f["input_ids"]) != n:
+                raise ValueError(
+                    f"Example {b} has inputs for {len(f['input_ids'])} member encoders, but this tokenizer has {n} "
+                    f"({self.encoder_names}); every member needs its own inputs.")
+        max_lengths = max_length if isinstance(max_length, (list, tuple)) else [max_length] * n
+        to_tensor = return_tensors == "pt"
+        if return_tensors not in (None, "pt"):
+            raise ValueError(f"return_tensors={return_tensors!r} is not supported; use 'pt' or None.")
+        out: dict[str, Any] = {}
+        pad_values = {"input_ids": None, "attention_mask": 0, "token_type_ids": 0, "word_ids": -1}
+        for key, pad_value in pad_values.items():
+            if key not in features[0]:
+                continue
+            per_member = []
+            for i in range(n):
+                seqs = [list(f[key][i]) for f in features]
+                value = self.tokenizers[i].pad_token_id if key == "input_ids" else pad_value
+                if value is None:
+                    value = 0
+                target = max(len(s) for s in seqs)
+                if padding == "max_length" and max_lengths[i] is not None:
+                    target = max(target, max_lengths[i])
+                if pad_to_multiple_of:
+                    target = -(-target // pad_to_multiple_of) * pad_to_multiple_of
+                rows = [s + [value] * (target - len(s)) for s in seqs]
+                per_member.append(torch.tensor(rows, dtype=torch.long) if to_tensor else rows)
+            out[key] = per_member
+        if "word_mask" in features[0]:
+            out["word_mask"] = _pad_rows([f["word_mask"] for f in features], 0, to_tensor, torch.long)
+        for key in ("label", "labels", "label_ids"):
+            if key in features[0] and features[0][key] is not None:
+                values = [f[key] for f in features]
+                name = "labels"
+                if isinstance(values[0], (list, tuple)) or (isinstance(values[0], torch.Tensor) and values[0].dim()):
+                    is_word_labels = "word_mask" in features[0]
+                    if is_word_labels:
+                        out[name] = _pad_rows([list(v) for v in values], -100, to_tensor, torch.long)
+                    else:  # multi-label: multi-hot floats
+                        out[name] = torch.tensor([list(v) for v in values], dtype=torch.float) if to_tensor else values
+                elif to_tensor:
+                    first = values[0].item() if isinstance(values[0], torch.Tensor) else values[0]
+                    dtype = torch.long if isinstance(first, int) else torch.float
+                    out[name] = torch.tensor([float(v) if dtype == torch.float else int(v) for v in values],
+                                             dtype=dtype)
+                else:
+                    out[name] = values
+        known = set(pad_values) | {"word_mask", "label", "labels", "label_ids"}
+        for key in features[0]:
+            if key not in known:
+                out[key] = [f[key] for f in features]
+        return MultiEncoderBatch(out)
+
+
+def _pad_rows(rows, value, to_tensor, dtype):
+    target = max((len(r) for r in rows), default=0)
+    padded = [list(r) + [value] * (target - len(r)) for r in rows]
+    return torch.tensor(padded, dtype=dtype) if to_tensor else padded
+
+
+__all__ = ["MultiEncoderTokenizer", "MultiEncoderBatch"]

@@ -1,0 +1,28 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="hf_multiencoder",
+    version="0.1.0",
+    description="Tune several pretrained Hugging Face encoders together as one model (concat / DME / CDME fusion).",
+    long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["hf_multiencoder", "hf_multiencoder.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        "torch>=2.4",
+        "transformers>=5.0,<6",
+        "datasets>=3.0",
+        "evaluate>=0.4",
+        "accelerate>=1.0",
+        "safetensors>=0.4",
+        "huggingface_hub>=1.0",
+        "seqeval>=1.2",
+        "PyYAML>=6.0",
+        "scipy>=1.10",
+        "scikit-learn>=1.3",
+    ],
+    extras_require={
+        "dev": ["pytest>=8", "ruff>=0.5"],
+        "plot": ["matplotlib>=3.7"],
+    },
+)
