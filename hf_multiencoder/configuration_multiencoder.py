@@ -6,6 +6,7 @@ relative modules.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from transformers import AutoConfig, PreTrainedConfig
@@ -104,7 +105,9 @@ class MultiEncoderConfig(PreTrainedConfig):
     initializer_range: float = 0.02
 
     def __post_init__(self, **kwargs):
-        self.encoders = [c.to_dict() if isinstance(c, PreTrainedConfig) else dict(c) for c in (self.encoders or [])]
+        # Plain JSON-safe dicts, so that a config in memory equals its saved and reloaded self.
+        self.encoders = [json.loads(c.to_json_string(use_diff=False)) if isinstance(c, PreTrainedConfig) else dict(c)
+                         for c in (self.encoders or [])]
         n = len(self.encoders)
         _check_choice("fusion", self.fusion, tuple(FUSION_MAPPING))
         _check_choice("fusion_gating", self.fusion_gating, FUSION_GATINGS)
@@ -128,7 +131,7 @@ class MultiEncoderConfig(PreTrainedConfig):
         """Build from live member configs (as ``VisionTextDualEncoderConfig.from_vision_text_configs`` does)."""
         if not encoder_configs:
             raise ValueError("A MultiEncoderConfig needs at least one member encoder.")
-        return cls(encoders=[c.to_dict() for c in encoder_configs], encoder_names=encoder_names, **kwargs)
+        return cls(encoders=list(encoder_configs), encoder_names=encoder_names, **kwargs)
 
     @property
     def num_encoders(self) -> int:

@@ -378,6 +378,7 @@ class MultiEncoderForSequenceClassification(MultiEncoderPreTrainedModel):
         """
         if isinstance(sentences, str):
             sentences = [sentences]
+        tokenizer.check_model(self)
         self.eval()
         preds, scores = [], []
         for start in range(0, len(sentences), batch_size):

@@ -154,11 +154,19 @@ class MultiEncoderTokenizer(PushToHubMixin):
         return f"{type(self).__name__}({members})"
 
     def check_model(self, model) -> None:
-        """Raise if this tokenizer was built for other members than ``model``'s."""
+        """Raise a ``ValueError`` if this tokenizer was built for other members than ``model``'s.
+
+        Members must match in number and display name (pass the same ``encoder_names`` to both), and no member
+        tokenizer may produce ids outside its member's vocabulary.
+        """
         names = list(model.config.encoder_names)
         if len(names) != self.num_encoders:
-            raise ValueError(f"The tokenizer has {self.num_encoders} member tokenizers but the model has "
-                             f"{len(names)} members ({names}).")
+            raise ValueError(f"The tokenizer has {self.num_encoders} member tokenizers ({self.encoder_names}) but the "
+                             f"model has {len(names)} members ({names}).")
+        if names != self.encoder_names:
+            raise ValueError(f"The tokenizer was built for members {self.encoder_names} but the model's members are "
+                             f"{names}: use the tokenizer saved with the model, or the same `encoder_names` in the "
+                             f"same order.")
         for i, (tok, cfg_vocab) in enumerate(zip(self.tokenizers, model.config.encoders)):
             vocab = cfg_vocab.get("vocab_size")
             if vocab is not None and len(tok) > vocab:

@@ -1,0 +1,100 @@
+"""Loading a saved multi-encoder with the Auto classes, in-process and where hf_multiencoder cannot be imported."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import transformers
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
+
+from hf_multiencoder import MultiEncoderForSequenceClassification, MultiEncoderTokenizer
+
+SHIPPED = {"configuration_multiencoder.py", "fusion_multiencoder.py", "modeling_multiencoder.py",
+           "tokenization_multiencoder.py"}
+
+
+@pytest.fixture(scope="module")
+def saved(tiny_paths, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cola-dme")
+    names = ["bert", "roberta", "distil"]
+    torch.manual_seed(0)
+    model = MultiEncoderForSequenceClassification.from_encoders(
+        tiny_paths, encoder_names=names, fusion="dme", num_labels=2,
+        id2label={0: "unacceptable", 1: "acceptable"}, label2id={"unacceptable": 0, "acceptable": 1}).eval()
+    tokenizer = MultiEncoderTokenizer.from_encoders(tiny_paths, encoder_names=names)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    batch = tokenizer(["He can will go", "the cat sat"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**batch).logits
+    return str(folder), logits
+
+
+def test_saved_folder_ships_code_and_auto_map(saved):
+    folder, _ = saved
+    assert SHIPPED <= set(os.listdir(folder))
+    config = json.load(open(os.path.join(folder, "config.json")))
+    assert config["auto_map"] == {
+        "AutoConfig": "configuration_multiencoder.MultiEncoderConfig",
+        "AutoModelForSequenceClassification": "modeling_multiencoder.MultiEncoderForSequenceClassification",
+    }
+    tok_config = json.load(open(os.path.join(folder, "tokenizer_config.json")))
+    assert tok_config["auto_map"] == {"AutoTokenizer": ["tokenization_multiencoder.MultiEncoderTokenizer", None]}
+    for name in SHIPPED:  # the shipped closure imports only torch, transformers and itself
+        source = open(os.path.join(folder, name)).read()
+        imports = [line.split()[1] for line in source.splitlines() if line.startswith(("import ", "from "))]
+        assert {i.split(".")[0] for i in imports} <= {"__future__", "torch", "transformers", "", "inspect", "json",
+                                                      "os", "dataclasses", "typing"}, (name, imports)
+
+
+def test_auto_classes_and_pipeline_in_process(saved):
+    folder, logits = saved
+    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    assert isinstance(tokenizer, MultiEncoderTokenizer)
+    batch = tokenizer(["He can will go", "the cat sat"], padding=True, return_tensors="pt")
+    torch.testing.assert_close(model(**batch).logits, logits, atol=1e-5, rtol=0)
+    result = pipeline("text-classification", model=folder)("He can will go")
+    assert result[0]["label"] in {"unacceptable", "acceptable"}
+    expected = "acceptable" if logits[0].argmax() == 1 else "unacceptable"
+    assert result[0]["label"] == expected
+
+
+def test_trust_remote_code_without_the_package(saved, tmp_path):
+    """A fresh interpreter that cannot import hf_multiencoder loads model, tokenizer and pipeline from the folder."""
+    folder, logits = saved
+    site_packages = os.path.dirname(os.path.dirname(transformers.__file__))
+    code = textwrap.dedent(f"""
+        import json, sys
+        sys.path.append({site_packages!r})  # site-packages without its .pth files: no editable hf_multiencoder
+        try:
+            import hf_multiencoder
+            print(json.dumps({{"importable": True}})); sys.exit(0)
+        except ImportError:
+            pass
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
+        m = AutoModelForSequenceClassification.from_pretrained({folder!r}, trust_remote_code=True).eval()
+        t = AutoTokenizer.from_pretrained({folder!r}, trust_remote_code=True)
+        b = t(["He can will go", "the cat sat"], padding=True, return_tensors="pt")
+        with torch.no_grad():
+            logits = m(**b).logits.tolist()
+        p = pipeline("text-classification", model={folder!r}, trust_remote_code=True)("He can will go")
+        print(json.dumps({{"importable": False, "model": type(m).__module__, "tokenizer": type(t).__name__,
+                          "logits": logits, "pipeline": p}}))
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["HF_MODULES_CACHE"] = str(tmp_path / "modules")
+    proc = subprocess.run([sys.executable, "-S", "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["importable"] is False, "the subprocess must not see hf_multiencoder"
+    assert result["model"].startswith("transformers_modules.")
+    assert result["tokenizer"] == "MultiEncoderTokenizer"
+    torch.testing.assert_close(torch.tensor(result["logits"]), logits, atol=1e-5, rtol=0)
+    assert result["pipeline"][0]["label"] in {"unacceptable", "acceptable"}
