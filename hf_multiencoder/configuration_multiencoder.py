@@ -7,7 +7,7 @@ relative modules.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, ClassVar
 
 from transformers import AutoConfig, PreTrainedConfig
 
@@ -89,6 +89,8 @@ class MultiEncoderConfig(PreTrainedConfig):
     """
 
     model_type = "multiencoder"
+    # Outputs the Trainer's prediction loop leaves out (it keeps logits, fusion weights and the word mask).
+    keys_to_ignore_at_inference: ClassVar[list[str]] = ["pooler_output", "member_embeddings"]
 
     encoders: list[dict] | None = None
     encoder_names: list[str] | None = None

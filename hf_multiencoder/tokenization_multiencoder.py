@@ -30,6 +30,17 @@ def member_folder(i: int) -> str:
     return f"tokenizer_{i}"
 
 
+class MemberTensors(list):
+    """One tensor per member. A list (the model, ``Trainer._prepare_input`` and ``accelerate`` keep its type) that
+    also answers ``numel()`` (tokens over all members) and ``to()``, as code written for one tensor expects."""
+
+    def numel(self) -> int:
+        return sum(int(t.numel()) for t in self if t is not None)
+
+    def to(self, *args, **kwargs) -> MemberTensors:
+        return MemberTensors(t.to(*args, **kwargs) if t is not None else None for t in self)
+
+
 class MultiEncoderBatch(BatchEncoding):
     """A [`BatchEncoding`] whose values may be lists of per-member tensors; ``.to()`` moves those too."""
 
@@ -38,7 +49,7 @@ class MultiEncoderBatch(BatchEncoding):
             if isinstance(v, torch.Tensor):
                 return v.to(device, non_blocking=non_blocking)
             if isinstance(v, (list, tuple)):
-                return [move(x) for x in v]
+                return type(v)(move(x) for x in v) if isinstance(v, MemberTensors) else [move(x) for x in v]
             return v
 
         self.data = {k: move(v) for k, v in self.data.items()}
@@ -274,7 +285,7 @@ class MultiEncoderTokenizer(PushToHubMixin):
                     target = -(-target // pad_to_multiple_of) * pad_to_multiple_of
                 rows = [s + [value] * (target - len(s)) for s in seqs]
                 per_member.append(torch.tensor(rows, dtype=torch.long) if to_tensor else rows)
-            out[key] = per_member
+            out[key] = MemberTensors(per_member) if to_tensor else per_member
         if "word_mask" in features[0]:
             out["word_mask"] = _pad_rows([f["word_mask"] for f in features], 0, to_tensor, torch.long)
         for key in ("label", "labels", "label_ids"):
@@ -307,4 +318,4 @@ def _pad_rows(rows, value, to_tensor, dtype):
     return torch.tensor(padded, dtype=dtype) if to_tensor else padded
 
 
-__all__ = ["MultiEncoderTokenizer", "MultiEncoderBatch"]
+__all__ = ["MemberTensors", "MultiEncoderTokenizer", "MultiEncoderBatch"]

@@ -1,0 +1,473 @@
+#!/usr/bin/env python
+"""Fine-tune several pretrained encoders together (concat / DME / CDME fusion) on GLUE, TREC, SICK, CoNLL-2003,
+WNUT-17 or your own files, with the stock Trainer. Modelled on transformers' examples/pytorch/text-classification/
+run_glue.py.
+
+    python run_glue_multi.py configs/cola_dme.yaml [--any_argument value ...]
+
+The first argument may be a YAML or JSON file holding any of the arguments below; command-line arguments override
+it. Token-classification tasks (conll2003, wnut17, or CoNLL files with --task_type token) use the same CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+
+import datasets
+import numpy as np
+import torch
+import transformers
+import yaml
+from transformers import EarlyStoppingCallback, HfArgumentParser, Trainer, TrainingArguments, set_seed
+from transformers.trainer_utils import get_last_checkpoint
+
+from hf_multiencoder import (
+    MultiEncoderDataCollator,
+    MultiEncoderForSequenceClassification,
+    MultiEncoderForTokenClassification,
+    MultiEncoderTokenizer,
+)
+from hf_multiencoder.data import TASKS, TaskSpec, load_conll_files, load_files, load_task, resolve_data_dir
+from hf_multiencoder.metrics import build_compute_metrics, build_ner_compute_metrics
+from hf_multiencoder.optimization import create_multiencoder_optimizer, freeze_encoders
+
+logger = logging.getLogger(__name__)
+
+# The seed project's example sentences, reported with their fusion weights after evaluation.
+DEFAULT_FUSION_EXAMPLES = ["He can will go", "Somebody just left.", "The more you read, the more you know."]
+
+
+@dataclass
+class ModelArguments:
+    encoders: list[str] | None = field(
+        default=None, metadata={"help": "Member checkpoints: Hub names or folders that AutoModel accepts."}
+    )
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "A saved multi-encoder to start from instead of `encoders`."}
+    )
+    encoder_names: list[str] | None = field(default=None, metadata={"help": "Display names of the members."})
+    fusion: str = field(default="dme", metadata={"help": "concat, dme, cdme or mean."})
+    fusion_dim: int | None = field(default=None, metadata={"help": "Common projection size (default: widest)."})
+    fusion_gating: str = field(default="softmax", metadata={"help": "softmax or sigmoid."})
+    fusion_layer_norm: bool = field(default=False, metadata={"help": "LayerNorm after fusion."})
+    pooling: list[str] = field(
+        default_factory=lambda: ["mean"], metadata={"help": "cls, mean, last4 or last4_mean; one or one per member."}
+    )
+    word_pooling: str = field(default="first", metadata={"help": "Token tasks: first or mean subword per word."})
+    encoder_dropout: list[float] | None = field(
+        default=None, metadata={"help": "Hidden dropout per member (one value or one per member)."}
+    )
+    fusion_dropout: float = field(default=0.1, metadata={"help": "Dropout on the fused vector."})
+    classifier_dropout: float | None = field(default=None, metadata={"help": "Extra dropout before the head."})
+    encoder_learning_rates: list[float] | None = field(
+        default=None, metadata={"help": "One learning rate per member (default: --learning_rate)."}
+    )
+    head_learning_rate: float | None = field(
+        default=None, metadata={"help": "Learning rate of fusion + classifier (the 'decoder'); default learning_rate."}
+    )
+    layerwise_lr_decay: float | None = field(default=None, metadata={"help": "Layer-wise LR decay inside members."})
+    freeze_encoders: list[str] | None = field(
+        default=None, metadata={"help": "Members to freeze, by index or name (head-only baseline)."}
+    )
+    cache_dir: str | None = field(default=None, metadata={"help": "Where to store downloaded checkpoints."})
+
+    def __post_init__(self):
+        if not self.encoders and not self.model_name_or_path:
+            raise ValueError("Give `encoders` (a list of member checkpoints) or `model_name_or_path`.")
+        if len(self.pooling) == 1:
+            self.pooling = self.pooling[0]
+        if self.encoder_dropout is not None and len(self.encoder_dropout) == 1:
+            self.encoder_dropout = self.encoder_dropout[0]
+
+
+@dataclass
+class DataTrainingArguments:
+    task_name: str | None = field(default=None, metadata={"help": f"One of: {', '.join(TASKS)}."})
+    task_type: str | None = field(
+        default=None, metadata={"help": "For your own files: sequence (default) or token (CoNLL files)."}
+    )
+    data_dir: str | None = field(
+        default=None, metadata={"help": "Folder holding glue/, trec/, sick/, conll2003/, wnut17/ (default "
+                                        "../shared/data or $HF_MULTIENCODER_DATA)."}
+    )
+    train_file: str | None = field(default=None, metadata={"help": "CSV/TSV/JSON (or CoNLL) training file."})
+    validation_file: str | None = field(default=None, metadata={"help": "Validation file, same format."})
+    test_file: str | None = field(default=None, metadata={"help": "Test file, same format."})
+    label_column_name: str = field(default="label", metadata={"help": "Label column of your own files."})
+    max_seq_length: int = field(default=128, metadata={"help": "Maximum subword length, per member."})
+    pad_to_max_length: bool = field(default=False, metadata={"help": "Pad to max_seq_length (else per batch)."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Truncate the training set."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Truncate the validation set(s)."})
+    max_predict_samples: int | None = field(default=None, metadata={"help": "Truncate the test set."})
+    from_hub: bool | None = field(default=None, metadata={"help": "Load the task from the Hub with `datasets`."})
+    seeds: list[int] | None = field(
+        default=None, metadata={"help": "Train once per seed and write a results table (median, mean, std)."}
+    )
+    early_stopping_patience: int | None = field(default=None, metadata={"help": "Evaluations without gain to stop."})
+    fusion_examples: list[str] | None = field(
+        default=None, metadata={"help": "Sentences whose fusion weights are reported after evaluation."}
+    )
+
+    def __post_init__(self):
+        if self.task_name is None and self.train_file is None and self.validation_file is None:
+            raise ValueError("Give a `task_name` or your own `train_file`/`validation_file`.")
+        if self.task_name is not None:
+            self.task_name = self.task_name.lower()
+            if self.task_name not in TASKS:
+                raise ValueError(f"Unknown task {self.task_name!r}; known tasks: {', '.join(TASKS)}.")
+        if self.task_type not in (None, "sequence", "token"):
+            raise ValueError(f"`task_type` must be 'sequence' or 'token', got {self.task_type!r}.")
+
+
+# ---- config file + overrides --------------------------------------------------------------------------------------
+def config_to_argv(config: dict) -> list[str]:
+    """Turn a config mapping into command-line arguments (argparse keeps the last occurrence, so CLI wins)."""
+    argv = []
+    for key, value in config.items():
+        if value is None:
+            continue
+        if isinstance(value, (list, tuple)):
+            argv += [f"--{key}", *[str(v) for v in value]]
+        elif isinstance(value, dict):
+            argv += [f"--{key}", json.dumps(value)]
+        else:
+            argv += [f"--{key}", str(value)]
+    return argv
+
+
+def parse_args(argv: list[str] | None = None):
+    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0].endswith((".yaml", ".yml", ".json")):
+        path = argv.pop(0)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"Config file {path} does not exist.")
+        with open(path, encoding="utf-8") as f:
+            config = json.load(f) if path.endswith(".json") else yaml.safe_load(f)
+        if not isinstance(config, dict):
+            raise ValueError(f"Config file {path} must hold a mapping of argument names to values.")
+        known = {a.dest for a in parser._actions}
+        unknown = sorted(set(config) - known)
+        if unknown:
+            raise ValueError(f"Unknown argument(s) in {path}: {', '.join(unknown)}.")
+        argv = config_to_argv(config) + argv
+    return parser.parse_args_into_dataclasses(args=argv)
+
+
+# ---- data ----------------------------------------------------------------------------------------------------------
+def load_data(data_args: DataTrainingArguments) -> tuple[datasets.DatasetDict, TaskSpec]:
+    if data_args.task_name is not None:
+        spec = TASKS[data_args.task_name]
+        raw = load_task(data_args.task_name, data_dir=resolve_data_dir(data_args.data_dir),
+                        from_hub=data_args.from_hub)
+        return raw, spec
+    if data_args.task_type == "token":
+        raw, label_list = load_conll_files(data_args.train_file, data_args.validation_file, data_args.test_file)
+        spec = TaskSpec(name="custom_ner", kind="token", text_keys=("tokens",), label_list=label_list,
+                        is_regression=False, main_metric="overall_f1", validation_splits=("validation",), hub=None)
+        return raw, spec
+    return load_files(data_args.train_file, data_args.validation_file, data_args.test_file,
+                      label_column=data_args.label_column_name)
+
+
+def tokenize_dataset(raw, spec: TaskSpec, tokenizer, data_args, training_args):
+    padding = "max_length" if data_args.pad_to_max_length else False
+
+    def preprocess(examples):
+        if spec.kind == "token":
+            enc = tokenizer(examples["tokens"], is_split_into_words=True, truncation=True,
+                            max_length=data_args.max_seq_length, padding=padding)
+            enc["labels"] = examples["ner_tags"]
+        else:
+            pairs = examples["sentence2"] if len(spec.text_keys) > 1 else None
+            enc = tokenizer(examples["sentence1"], text_pair=pairs, truncation=True,
+                            max_length=data_args.max_seq_length, padding=padding)
+            enc["label"] = examples["label"]
+        enc["length"] = [max(len(ids) for ids in member_ids) for member_ids in enc["input_ids"]]
+        return dict(enc)
+
+    with training_args.main_process_first(desc="dataset map pre-processing"):
+        return raw.map(preprocess, batched=True, remove_columns=raw[next(iter(raw))].column_names,
+                       desc="Tokenizing for every member")
+
+
+def select(ds, n):
+    return ds if n is None else ds.select(range(min(n, len(ds))))
+
+
+# ---- model -----------------------------------------------------------------------------------------------------------
+def build_model(model_args: ModelArguments, spec: TaskSpec, num_labels: int):
+    model_cls = MultiEncoderForTokenClassification if spec.kind == "token" else MultiEncoderForSequenceClassification
+    label_kwargs = {"num_labels": num_labels}
+    if spec.label_list:
+        label_kwargs["id2label"] = dict(enumerate(spec.label_list))
+        label_kwargs["label2id"] = {label: i for i, label in enumerate(spec.label_list)}
+    if spec.kind != "token":
+        label_kwargs["problem_type"] = "regression" if spec.is_regression else "single_label_classification"
+    if model_args.model_name_or_path:
+        return model_cls.from_pretrained(model_args.model_name_or_path, cache_dir=model_args.cache_dir,
+                                         **label_kwargs)
+    return model_cls.from_encoders(
+        model_args.encoders,
+        encoder_names=model_args.encoder_names,
+        encoder_kwargs={"cache_dir": model_args.cache_dir} if model_args.cache_dir else None,
+        fusion=model_args.fusion,
+        fusion_dim=model_args.fusion_dim,
+        fusion_gating=model_args.fusion_gating,
+        fusion_layer_norm=model_args.fusion_layer_norm,
+        fusion_dropout=model_args.fusion_dropout,
+        pooling=model_args.pooling,
+        word_pooling=model_args.word_pooling,
+        encoder_dropout=model_args.encoder_dropout,
+        classifier_dropout=model_args.classifier_dropout,
+        **label_kwargs,
+    )
+
+
+def build_tokenizer(model_args: ModelArguments):
+    if model_args.model_name_or_path:
+        return MultiEncoderTokenizer.from_pretrained(model_args.model_name_or_path, cache_dir=model_args.cache_dir)
+    return MultiEncoderTokenizer.from_encoders(model_args.encoders, encoder_names=model_args.encoder_names,
+                                               **({"cache_dir": model_args.cache_dir} if model_args.cache_dir else {}))
+
+
+# ---- metrics with fusion weights ---------------------------------------------------------------------------------
+def with_fusion_weights(compute, spec: TaskSpec, num_encoders: int):
+    """Wrap a task's compute_metrics: also report each member's mean fusion weight over the evaluated set."""
+
+    def compute_metrics(p):
+        preds = p.predictions if isinstance(p.predictions, tuple) else (p.predictions,)
+        weights = next((x for x in preds[1:] if x.ndim == preds[0].ndim and x.shape[-1] == num_encoders), None)
+        word_mask = next((x for x in preds[1:] if spec.kind == "token" and x.ndim == 2), None)
+        logits = preds[0]
+        if word_mask is not None:  # words no member saw (all cut off) are predicted "O" (label id 0)
+            logits = logits.copy()
+            unseen = (word_mask == 0) & (np.asarray(p.label_ids) != -100)
+            logits[unseen] = -1e4
+            logits[unseen, 0] = 0.0
+        metrics = compute(transformers.EvalPrediction(predictions=logits, label_ids=p.label_ids))
+        if weights is not None:
+            w = np.asarray(weights, dtype=np.float64)
+            if spec.kind == "token":
+                keep = np.asarray(p.label_ids) != -100
+                w = w[keep]
+            for i in range(num_encoders):
+                metrics[f"fusion_weight_{i}"] = float(w[..., i].mean())
+        return metrics
+
+    return compute_metrics
+
+
+def epoch_scores(log_history: list[dict], key: str) -> list[float]:
+    return [entry[key] for entry in log_history if key in entry and "epoch" in entry]
+
+
+def fusion_report(model, tokenizer, spec: TaskSpec, eval_metrics: dict, examples: list, output_dir: str) -> dict:
+    """Mean fusion weight of each member on the dev set, and the weights of a few example sentences."""
+    names = model.config.encoder_names
+    report = {"members": names, "mean_fusion_weights": None, "examples": []}
+    if all(f"eval_fusion_weight_{i}" in eval_metrics for i in range(len(names))):
+        report["mean_fusion_weights"] = {n: eval_metrics[f"eval_fusion_weight_{i}"] for i, n in enumerate(names)}
+    if spec.kind != "token" and len(spec.text_keys) == 1 and examples and report["mean_fusion_weights"] is not None:
+        result = model.predict_with_fusion_weights(tokenizer, examples)
+        report["examples"] = [
+            {"sentence": s, "prediction": p, "fusion_weights": w}
+            for s, p, w in zip(result["Sentences"], result["Predictions"], result["DME scores"])
+        ]
+    with open(os.path.join(output_dir, "fusion_weights.json"), "w") as f:
+        json.dump(report, f, indent=2)
+    return report
+
+
+def format_fusion_report(report: dict) -> str:
+    lines = []
+    if report["mean_fusion_weights"]:
+        lines.append("mean fusion weight on the dev set: " + ", ".join(
+            f"{name} {w:.2f}" for name, w in report["mean_fusion_weights"].items()))
+    for ex in report["examples"]:
+        weights = ", ".join(f"{w:.2f} {name}" for name, w in ex["fusion_weights"].items())
+        lines.append(f"  {ex['sentence']!r} -> {ex['prediction']}: {weights}")
+    return "\n".join(lines)
+
+
+# ---- one run -----------------------------------------------------------------------------------------------------
+def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokenized) -> dict:
+    set_seed(training_args.seed)
+    num_labels = 1 if spec.is_regression else len(spec.label_list)
+    model = build_model(model_args, spec, num_labels)
+    tokenizer.check_model(model)
+    if model_args.freeze_encoders:
+        frozen = freeze_encoders(model, model_args.freeze_encoders)
+        logger.info(f"Frozen members: {[model.config.encoder_names[i] for i in frozen]}")
+    optimizer = create_multiencoder_optimizer(
+        model, training_args, encoder_learning_rates=model_args.encoder_learning_rates,
+        head_learning_rate=model_args.head_learning_rate, layerwise_lr_decay=model_args.layerwise_lr_decay,
+    ) if training_args.do_train else None
+
+    train_dataset = select(tokenized["train"], data_args.max_train_samples) if training_args.do_train else None
+    eval_splits = [s for s in spec.validation_splits if s in tokenized]
+    eval_datasets = {s: select(tokenized[s], data_args.max_eval_samples) for s in eval_splits}
+    main_eval = eval_datasets[eval_splits[0]] if eval_splits else None
+    if training_args.do_eval and main_eval is None:
+        raise ValueError(f"--do_eval needs a validation split; the data has {list(tokenized)}.")
+    compute = build_ner_compute_metrics(spec.label_list) if spec.kind == "token" else build_compute_metrics(spec)
+    callbacks = []
+    if data_args.early_stopping_patience:
+        callbacks.append(EarlyStoppingCallback(early_stopping_patience=data_args.early_stopping_patience))
+
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=main_eval,
+        processing_class=tokenizer,
+        data_collator=MultiEncoderDataCollator(tokenizer, pad_to_multiple_of=8 if training_args.bf16 else None),
+        compute_metrics=with_fusion_weights(compute, spec, model.config.num_encoders),
+        optimizers=(optimizer, None),
+        callbacks=callbacks,
+    )
+    main_key = f"eval_{spec.main_metric}"
+    result = {"seed": training_args.seed}
+    start = time.time()
+    if training_args.do_train:
+        checkpoint = training_args.resume_from_checkpoint
+        if checkpoint is None and os.path.isdir(training_args.output_dir) and not training_args.overwrite_output_dir:
+            checkpoint = get_last_checkpoint(training_args.output_dir)
+        train_result = trainer.train(resume_from_checkpoint=checkpoint)
+        trainer.save_model()
+        metrics = dict(train_result.metrics, train_samples=len(train_dataset))
+        trainer.log_metrics("train", metrics)
+        trainer.save_metrics("train", metrics)
+        trainer.save_state()
+    result["train_seconds"] = round(time.time() - start, 1)
+
+    all_eval = {}
+    if training_args.do_eval:
+        for split, ds in eval_datasets.items():
+            metrics = trainer.evaluate(eval_dataset=ds)
+            metrics["eval_samples"] = len(ds)
+            prefix = "eval" if split == eval_splits[0] else f"eval_{split}"
+            trainer.log_metrics(prefix, metrics)
+            trainer.save_metrics(prefix, metrics)
+            all_eval[split] = metrics
+        final_metrics = all_eval[eval_splits[0]]
+        history = epoch_scores(trainer.state.log_history, main_key)
+        result.update({
+            "eval": final_metrics,
+            "epoch_scores": history,
+            "best_epoch_score": max(history) if history else final_metrics[main_key],
+            "final_epoch_score": history[-1] if history else final_metrics[main_key],
+            "score": final_metrics[main_key],
+        })
+        report = fusion_report(model, tokenizer, spec, final_metrics,
+                               data_args.fusion_examples or DEFAULT_FUSION_EXAMPLES, training_args.output_dir)
+        result["fusion"] = report
+        text = format_fusion_report(report)
+        if text:
+            logger.info("Fusion weights\n" + text)
+
+    if training_args.do_predict and "test" in tokenized:
+        test = select(tokenized["test"], data_args.max_predict_samples)
+        if spec.kind != "token" and "label" in test.column_names:
+            test = test.remove_columns("label")  # unlabelled (-1) in GLUE test files
+        predictions = trainer.predict(test, metric_key_prefix="predict").predictions
+        logits = predictions[0] if isinstance(predictions, tuple) else predictions
+        path = os.path.join(training_args.output_dir, "predict_results.txt")
+        with open(path, "w") as f:
+            f.write("index\tprediction\n")
+            for i, row in enumerate(logits):
+                if spec.kind == "token":
+                    tags = [spec.label_list[j] for j in row.argmax(-1)]
+                    f.write(f"{i}\t{' '.join(tags)}\n")
+                elif spec.is_regression:
+                    f.write(f"{i}\t{float(np.squeeze(row)):.3f}\n")
+                else:
+                    f.write(f"{i}\t{spec.label_list[int(row.argmax())]}\n")
+    del trainer, model, optimizer
+    return result
+
+
+def summarize(results: list[dict], key: str) -> dict:
+    scores = [r[key] * 100 for r in results if key in r]
+    if not scores:
+        return {}
+    return {
+        "scores": scores,
+        "median": statistics.median(scores),
+        "mean": statistics.fmean(scores),
+        "std": statistics.stdev(scores) if len(scores) > 1 else 0.0,
+    }
+
+
+def write_results_table(results: list[dict], spec: TaskSpec, model_args, output_dir: str) -> dict:
+    table = {
+        "task": spec.name,
+        "metric": spec.main_metric,
+        "members": model_args.encoder_names or model_args.encoders or [model_args.model_name_or_path],
+        "fusion": model_args.fusion,
+        "best_epoch": summarize(results, "best_epoch_score"),
+        "final_epoch": summarize(results, "final_epoch_score"),
+        "runs": [{k: v for k, v in r.items() if k != "fusion"} | {"fusion_weights": (r.get("fusion") or {}).get(
+            "mean_fusion_weights")} for r in results],
+    }
+    with open(os.path.join(output_dir, "results.json"), "w") as f:
+        json.dump(table, f, indent=2)
+    lines = [f"# {spec.name}: {spec.main_metric} x100, {len(results)} seed(s)", "",
+             "| seed | best epoch | final epoch | train s |", "|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {r['seed']} | {r.get('best_epoch_score', float('nan')) * 100:.2f} | "
+                     f"{r.get('final_epoch_score', float('nan')) * 100:.2f} | {r['train_seconds']} |")
+    for label, key in (("best epoch", "best_epoch"), ("final epoch", "final_epoch")):
+        s = table[key]
+        if s:
+            lines.append(f"\n{label}: median {s['median']:.2f}, mean {s['mean']:.2f}, std {s['std']:.2f}")
+    with open(os.path.join(output_dir, "results.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return table
+
+
+def main(argv: list[str] | None = None) -> dict:
+    model_args, data_args, training_args = parse_args(argv)
+    logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", datefmt="%H:%M:%S",
+                        handlers=[logging.StreamHandler(sys.stdout)])
+    log_level = training_args.get_process_log_level()
+    logger.setLevel(log_level)
+    transformers.utils.logging.set_verbosity(log_level)
+    datasets.utils.logging.set_verbosity(max(log_level, logging.WARNING))
+
+    raw, spec = load_data(data_args)
+    if training_args.metric_for_best_model is None:
+        training_args.metric_for_best_model = spec.main_metric
+        training_args.greater_is_better = True
+    tokenizer = build_tokenizer(model_args)
+    logger.info(f"Task {spec.name} ({spec.kind}); members: {tokenizer.encoder_names}; fusion {model_args.fusion}")
+    tokenized = tokenize_dataset(raw, spec, tokenizer, data_args, training_args)
+
+    seeds = data_args.seeds or [training_args.seed]
+    base_output = training_args.output_dir
+    results = []
+    for seed in seeds:
+        training_args.seed = seed
+        training_args.output_dir = os.path.join(base_output, f"seed_{seed}") if len(seeds) > 1 else base_output
+        os.makedirs(training_args.output_dir, exist_ok=True)
+        logger.info(f"=== seed {seed}: output in {training_args.output_dir}")
+        results.append(train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokenized))
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    training_args.output_dir = base_output
+    table = write_results_table(results, spec, model_args, base_output) if training_args.do_eval else {}
+    if table.get("best_epoch"):
+        s = table["best_epoch"]
+        logger.info(f"{spec.name} {spec.main_metric} x100 over {len(seeds)} seed(s): median {s['median']:.2f}, "
+                    f"mean {s['mean']:.2f}, std {s['std']:.2f}")
+    return table
+
+
+if __name__ == "__main__":
+    main()
