@@ -444,6 +444,56 @@ class MultiEncoderForTokenClassification(MultiEncoderPreTrainedModel):
             loss=loss, logits=logits, fusion_weights=out.fusion_weights, word_mask=out.word_mask
         )
 
+    @torch.no_grad()
+    def predict_tags(self, tokenizer, sentences, batch_size: int = 32, max_length: int = 128) -> list[dict]:
+        """Tag sentences: a string, a list of strings (each split on whitespace) or a list of word lists.
+
+        Returns, per sentence, ``{"words", "tags", "entities": [{"type", "start", "end", "text"}],
+        "fusion_weights": [{member: weight} per word] or None}`` (``end`` exclusive, in words). Words that every
+        member cut off at ``max_length`` are tagged ``"O"``.
+        """
+        if isinstance(sentences, str):
+            sentences = [sentences]
+        words_list = [s.split() if isinstance(s, str) else list(s) for s in sentences]
+        tokenizer.check_model(self)
+        self.eval()
+        results = []
+        for start in range(0, len(words_list), batch_size):
+            chunk = words_list[start:start + batch_size]
+            batch = tokenizer(chunk, is_split_into_words=True, truncation=True, max_length=max_length,
+                              return_tensors="pt").to(self.device)
+            out = self(**batch)
+            pred = out.logits.argmax(-1).masked_fill(out.word_mask == 0, 0).tolist()
+            weights = None if out.fusion_weights is None else out.fusion_weights.float().cpu().tolist()
+            for b, words in enumerate(chunk):
+                tags = [self.config.id2label[i] for i in pred[b][:len(words)]]
+                results.append({
+                    "words": words,
+                    "tags": tags,
+                    "entities": tags_to_spans(words, tags),
+                    "fusion_weights": None if weights is None else [
+                        {name: round(w, 4) for name, w in zip(self.config.encoder_names, row)}
+                        for row in weights[b][:len(words)]
+                    ],
+                })
+        return results
+
+
+def tags_to_spans(words: list[str], tags: list[str]) -> list[dict]:
+    """IOB2 (or IOB1) tags to entity spans ``{"type", "start", "end", "text"}``, ``end`` exclusive."""
+    spans, current = [], None
+    for i, tag in enumerate(list(tags) + ["O"]):
+        prefix, _, kind = tag.partition("-")
+        starts = prefix == "B" or (prefix == "I" and (current is None or current["type"] != kind))
+        if current is not None and (prefix == "O" or starts):
+            current["text"] = " ".join(words[current["start"]:i])
+            current["end"] = i
+            spans.append(current)
+            current = None
+        if starts:
+            current = {"type": kind, "start": i}
+    return [{"type": s["type"], "start": s["start"], "end": s["end"], "text": s["text"]} for s in spans]
+
 
 __all__ = [
     "MultiEncoderPreTrainedModel",
@@ -453,4 +503,5 @@ __all__ = [
     "MultiEncoderModelOutput",
     "MultiEncoderSequenceClassifierOutput",
     "MultiEncoderTokenClassifierOutput",
+    "tags_to_spans",
 ]
