@@ -187,6 +187,19 @@ class MultiEncoderPreTrainedModel(PreTrainedModel):
             return sum(int(t.numel()) for t in ids if t is not None)
         return super().estimate_tokens(input_dict)
 
+    def export_encoder(self, encoder, save_directory, tokenizer=None, **kwargs) -> str:
+        """Save member ``encoder`` (index or display name), as tuned inside the stack, as a standalone HF model:
+        its weights and config (loadable with ``AutoModel.from_pretrained``) and, given the multi-tokenizer, its own
+        tokenizer. Returns the folder."""
+        base = self.base_model
+        i = self.config.encoder_index(encoder)
+        member = base.encoders[i]
+        member.save_pretrained(save_directory, **kwargs)
+        if tokenizer is not None:
+            tokenizer.check_model(self)
+            tokenizer.tokenizers[i].save_pretrained(save_directory)
+        return str(save_directory)
+
     @classmethod
     def from_encoders(cls, encoders, encoder_names=None, encoder_kwargs=None, **kwargs):
         """Assemble a model from pretrained member checkpoints (any name or folder ``AutoModel`` accepts).
@@ -267,8 +280,14 @@ class MultiEncoderModel(MultiEncoderPreTrainedModel):
         token_type_ids: list[torch.Tensor | None] | None = None,
         word_ids: list[torch.Tensor] | None = None,
         word_mask: torch.Tensor | None = None,
+        encoder_features: list[torch.Tensor | None] | None = None,
         **kwargs,
     ) -> MultiEncoderModelOutput:
+        r"""
+        encoder_features (`list[torch.FloatTensor | None]`, *optional*):
+            Precomputed pooled vectors `(batch, d_i)` of (frozen) members, e.g. from a feature cache; those members
+            are not run. Sentence mode only, and not with `cdme` (it needs the token states).
+        """
         n = self.config.num_encoders
         if input_ids is None:
             raise ValueError("`input_ids` is required: a list with one (batch, seq) tensor per member encoder.")
@@ -276,9 +295,10 @@ class MultiEncoderModel(MultiEncoderPreTrainedModel):
         attention_mask = _as_list(attention_mask, n, "attention_mask")
         token_type_ids = _as_list(token_type_ids, n, "token_type_ids")
         for i, ids in enumerate(input_ids):
-            if ids is None:
+            if ids is None and (encoder_features is None or encoder_features[i] is None):
                 raise ValueError(f"`input_ids` has no tensor for member {i} ({self.config.encoder_names[i]}).")
-        attention_mask = [torch.ones_like(ids) if m is None else m for ids, m in zip(input_ids, attention_mask)]
+        attention_mask = [torch.ones_like(ids) if m is None and ids is not None else m
+                          for ids, m in zip(input_ids, attention_mask)]
         word_level = word_ids is not None
         if word_level != self.word_level:
             raise ValueError(
@@ -291,8 +311,16 @@ class MultiEncoderModel(MultiEncoderPreTrainedModel):
                 raise ValueError("Word mode needs `word_mask` (batch, num_words) next to `word_ids`.")
             num_words = word_mask.size(1)
 
+        encoder_features = _as_list(encoder_features, n, "encoder_features")
+        if any(f is not None for f in encoder_features) and (word_level or self.fusion.needs_context):
+            raise ValueError("`encoder_features` (cached member vectors) work for sentence-level models with a "
+                             "fusion that needs no token states (concat, dme, mean).")
         embeddings, contexts, presents = [], [], []
         for i in range(n):
+            if encoder_features[i] is not None:
+                embeddings.append(encoder_features[i])
+                contexts.append(None)
+                continue
             last, hidden = self.encode_member(i, input_ids[i], attention_mask[i], token_type_ids[i])
             if word_level:
                 words, present = pool_words(self.config.word_pooling, last, word_ids[i], num_words)
@@ -338,6 +366,7 @@ class MultiEncoderForSequenceClassification(MultiEncoderPreTrainedModel):
         attention_mask: list[torch.Tensor] | None = None,
         token_type_ids: list[torch.Tensor | None] | None = None,
         labels: torch.Tensor | None = None,
+        encoder_features: list[torch.Tensor | None] | None = None,
         **kwargs,
     ) -> MultiEncoderSequenceClassifierOutput:
         r"""
@@ -345,7 +374,8 @@ class MultiEncoderForSequenceClassification(MultiEncoderPreTrainedModel):
             Class indices in `[0, num_labels)`; floats for regression (`num_labels == 1`); multi-hot floats of shape
             `(batch_size, num_labels)` for multi-label classification.
         """
-        out = self.multiencoder(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        out = self.multiencoder(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                                encoder_features=encoder_features)
         logits = self.classifier(self.dropout(out.pooler_output))  # (batch, num_labels)
         loss = None
         if labels is not None:
