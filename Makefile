@@ -25,7 +25,7 @@ encoders: install
 	$(PY) scripts/install_encoders.py --python $(PY)
 
 demo: install encoders
-	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) run_glue_multi.py configs/demo.yaml
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) scripts/demo.py
 
 benchmark: install encoders
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) benchmarks/bench_train.py
