@@ -24,6 +24,8 @@ import numpy as np
 import torch
 import transformers
 import yaml
+from hf_multiencoder.data import TASKS, TaskSpec, load_conll_files, load_files, load_task, resolve_data_dir
+from hf_multiencoder.metrics import build_compute_metrics, build_ner_compute_metrics
 from transformers import EarlyStoppingCallback, HfArgumentParser, Trainer, TrainingArguments, set_seed
 from transformers.trainer_utils import get_last_checkpoint
 
@@ -33,8 +35,6 @@ from hf_multiencoder import (
     MultiEncoderForTokenClassification,
     MultiEncoderTokenizer,
 )
-from hf_multiencoder.data import TASKS, TaskSpec, load_conll_files, load_files, load_task, resolve_data_dir
-from hf_multiencoder.metrics import build_compute_metrics, build_ner_compute_metrics
 from hf_multiencoder.optimization import create_multiencoder_optimizer, freeze_encoders
 
 logger = logging.getLogger(__name__)
@@ -201,7 +201,7 @@ def select(ds, n):
     return ds if n is None else ds.select(range(min(n, len(ds))))
 
 
-# ---- model -----------------------------------------------------------------------------------------------------------
+# ---- model ----------------------------------------------------------------------------------------------------
 def build_model(model_args: ModelArguments, spec: TaskSpec, num_labels: int):
     model_cls = MultiEncoderForTokenClassification if spec.kind == "token" else MultiEncoderForSequenceClassification
     label_kwargs = {"num_labels": num_labels}

@@ -37,7 +37,7 @@ class MultiEncoderModelOutput(ModelOutput):
             The fused sentence vector (sentence mode, no `word_ids` given).
         last_hidden_state (`torch.FloatTensor` of shape `(batch_size, num_words, hidden_size)`):
             The fused word vectors (word mode, `word_ids` given).
-        fusion_weights (`torch.FloatTensor` of shape `(batch_size, num_encoders)` or `(batch_size, num_words, num_encoders)`):
+        fusion_weights (`torch.FloatTensor` of shape `(batch_size, [num_words,] num_encoders)`):
             How much each member contributed to each fused vector (rows sum to 1 with softmax gating). `None` for
             fusions without weights (`concat`, `mean`).
         member_embeddings (`tuple(torch.FloatTensor)`):

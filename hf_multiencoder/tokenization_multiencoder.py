@@ -233,7 +233,8 @@ class MultiEncoderTokenizer(PushToHubMixin):
                 ex["input_ids"].append(ids)
                 ex["attention_mask"].append(enc["attention_mask"][b])
                 if any_tt:
-                    ex["token_type_ids"].append(enc["token_type_ids"][b] if "token_type_ids" in enc else [0] * len(ids))
+                    types = enc["token_type_ids"][b] if "token_type_ids" in enc else [0] * len(ids)
+                    ex["token_type_ids"].append(types)
                 if is_split_into_words:
                     ex["word_ids"].append([-1 if w is None else w for w in enc.word_ids(b)])
 

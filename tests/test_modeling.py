@@ -1,4 +1,5 @@
-"""The multi-encoder model on tiny random members of different types and widths (BERT 32, RoBERTa 40, DistilBERT 24)."""
+"""The multi-encoder model on tiny random members of different types and widths (BERT 32, RoBERTa 40,
+DistilBERT 24)."""
 
 import copy
 import os

