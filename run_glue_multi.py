@@ -192,6 +192,11 @@ def tokenize_dataset(raw, spec: TaskSpec, tokenizer, data_args, training_args):
         enc["length"] = [max(len(ids) for ids in member_ids) for member_ids in enc["input_ids"]]
         return dict(enc)
 
+    limits = {"train": data_args.max_train_samples, "test": data_args.max_predict_samples}
+    raw = datasets.DatasetDict({
+        split: select(ds, limits.get(split, data_args.max_eval_samples)) for split, ds in raw.items()
+        if (split != "train" or training_args.do_train) and (split != "test" or training_args.do_predict)
+    })
     with training_args.main_process_first(desc="dataset map pre-processing"):
         return raw.map(preprocess, batched=True, remove_columns=raw[next(iter(raw))].column_names,
                        desc="Tokenizing for every member")
@@ -310,9 +315,9 @@ def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokeni
         head_learning_rate=model_args.head_learning_rate, layerwise_lr_decay=model_args.layerwise_lr_decay,
     ) if training_args.do_train else None
 
-    train_dataset = select(tokenized["train"], data_args.max_train_samples) if training_args.do_train else None
+    train_dataset = tokenized["train"] if training_args.do_train else None
     eval_splits = [s for s in spec.validation_splits if s in tokenized]
-    eval_datasets = {s: select(tokenized[s], data_args.max_eval_samples) for s in eval_splits}
+    eval_datasets = {s: tokenized[s] for s in eval_splits}
     main_eval = eval_datasets[eval_splits[0]] if eval_splits else None
     if training_args.do_eval and main_eval is None:
         raise ValueError(f"--do_eval needs a validation split; the data has {list(tokenized)}.")
@@ -337,8 +342,10 @@ def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokeni
     start = time.time()
     if training_args.do_train:
         checkpoint = training_args.resume_from_checkpoint
-        if checkpoint is None and os.path.isdir(training_args.output_dir) and not training_args.overwrite_output_dir:
+        if checkpoint is None and os.path.isdir(training_args.output_dir):
             checkpoint = get_last_checkpoint(training_args.output_dir)
+            if checkpoint is not None:
+                logger.info(f"Resuming from the last checkpoint in the output folder: {checkpoint}")
         train_result = trainer.train(resume_from_checkpoint=checkpoint)
         trainer.save_model()
         metrics = dict(train_result.metrics, train_samples=len(train_dataset))
@@ -373,7 +380,7 @@ def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokeni
             logger.info("Fusion weights\n" + text)
 
     if training_args.do_predict and "test" in tokenized:
-        test = select(tokenized["test"], data_args.max_predict_samples)
+        test = tokenized["test"]
         if spec.kind != "token" and "label" in test.column_names:
             test = test.remove_columns("label")  # unlabelled (-1) in GLUE test files
         predictions = trainer.predict(test, metric_key_prefix="predict").predictions
