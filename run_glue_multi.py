@@ -273,14 +273,15 @@ def epoch_scores(log_history: list[dict], key: str) -> list[float]:
     return [entry[key] for entry in log_history if key in entry and "epoch" in entry]
 
 
-def fusion_report(model, tokenizer, spec: TaskSpec, eval_metrics: dict, examples: list, output_dir: str) -> dict:
+def fusion_report(model, tokenizer, spec: TaskSpec, eval_metrics: dict, examples: list, output_dir: str,
+                  max_length: int = 128) -> dict:
     """Mean fusion weight of each member on the dev set, and the weights of a few example sentences."""
     names = model.config.encoder_names
     report = {"members": names, "mean_fusion_weights": None, "examples": []}
     if all(f"eval_fusion_weight_{i}" in eval_metrics for i in range(len(names))):
         report["mean_fusion_weights"] = {n: eval_metrics[f"eval_fusion_weight_{i}"] for i, n in enumerate(names)}
     if spec.kind != "token" and len(spec.text_keys) == 1 and examples and report["mean_fusion_weights"] is not None:
-        result = model.predict_with_fusion_weights(tokenizer, examples)
+        result = model.predict_with_fusion_weights(tokenizer, examples, max_length=max_length)
         report["examples"] = [
             {"sentence": s, "prediction": p, "fusion_weights": w}
             for s, p, w in zip(result["Sentences"], result["Predictions"], result["DME scores"])
@@ -373,7 +374,8 @@ def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokeni
             "score": final_metrics[main_key],
         })
         report = fusion_report(model, tokenizer, spec, final_metrics,
-                               data_args.fusion_examples or DEFAULT_FUSION_EXAMPLES, training_args.output_dir)
+                               data_args.fusion_examples or DEFAULT_FUSION_EXAMPLES, training_args.output_dir,
+                               max_length=data_args.max_seq_length)
         result["fusion"] = report
         text = format_fusion_report(report)
         if text:
