@@ -311,6 +311,7 @@ def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokeni
     if model_args.freeze_encoders:
         frozen = freeze_encoders(model, model_args.freeze_encoders)
         logger.info(f"Frozen members: {[model.config.encoder_names[i] for i in frozen]}")
+    model.to(training_args.device)  # before the optimizer, so that it can use the fused CUDA kernel
     optimizer = create_multiencoder_optimizer(
         model, training_args, encoder_learning_rates=model_args.encoder_learning_rates,
         head_learning_rate=model_args.head_learning_rate, layerwise_lr_decay=model_args.layerwise_lr_decay,

@@ -137,4 +137,8 @@ def create_multiencoder_optimizer(
     trainable = [id(p) for p in model.parameters() if p.requires_grad]
     if len(seen) != len(set(seen)) or set(seen) != set(trainable):  # the invariant the prior art broke
         raise RuntimeError("Optimizer groups do not cover every trainable parameter exactly once.")
+    if optimizer_cls is torch.optim.AdamW and "fused" not in optimizer_kwargs and "foreach" not in optimizer_kwargs:
+        # The fused kernel (the Trainer's default `adamw_torch_fused`) where every parameter is on the GPU.
+        if all(p.is_cuda for g in param_groups for p in g["params"]):
+            optimizer_kwargs["fused"] = True
     return optimizer_cls(param_groups, lr=learning_rate, **optimizer_kwargs)
