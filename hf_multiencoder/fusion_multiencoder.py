@@ -80,7 +80,7 @@ def _gate(scores: torch.Tensor, gating: str, member_mask: torch.Tensor | None = 
 class DMEFusion(_ProjectedFusion):
     """Dynamic Meta-Embeddings (Kiela et al., 2018).
 
-    ``p_i = P_i e_i``; ``a = softmax_i(w . p_i + b)`` (or sigmoid); ``fused = sum_i a_i p_i``.
+    ``p_i = P_i e_i``; ``a = softmax_i(w . p_i)`` (or ``sigmoid(w . p_i + b)``); ``fused = sum_i a_i p_i``.
     """
 
     has_weights = True
@@ -88,7 +88,8 @@ class DMEFusion(_ProjectedFusion):
     def __init__(self, input_sizes, fusion_dim=None, fusion_gating="softmax", **kwargs):
         super().__init__(input_sizes, fusion_dim)
         self.gating = fusion_gating
-        self.scorer = nn.Linear(self.output_size, 1)
+        # A bias shared by every member cancels in a softmax (its gradient is exactly zero): only sigmoid gates get one.
+        self.scorer = nn.Linear(self.output_size, 1, bias=fusion_gating != "softmax")
 
     def forward(self, embeddings, contexts=None, member_mask=None):
         projected = self.project(embeddings)  # (batch, [words,] n, dim)
@@ -129,7 +130,7 @@ class CDMEFusion(DMEFusion):
         )
         self.lstm_fw = nn.LSTM(self.output_size, cdme_hidden_size, batch_first=True)
         self.lstm_bw = nn.LSTM(self.output_size, cdme_hidden_size, batch_first=True)
-        self.scorer = nn.Linear(2 * cdme_hidden_size, 1)
+        self.scorer = nn.Linear(2 * cdme_hidden_size, 1, bias=fusion_gating != "softmax")
 
     def _bilstm(self, x, mask):
         """BiLSTM over a right-padded sequence ``(batch, seq, dim)``; padded steps never reach real ones."""

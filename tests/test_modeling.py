@@ -101,10 +101,10 @@ def test_pooling_values(tiny_paths, tokenizer):
     torch.testing.assert_close(out.member_embeddings[2][1], expected)
 
 
-@pytest.mark.parametrize("fusion", FUSIONS)
-def test_gradients_reach_every_trainable_parameter(tiny_paths, batch, fusion):
+@pytest.mark.parametrize("fusion,gating", [(f, "softmax") for f in FUSIONS] + [("dme", "sigmoid"), ("cdme", "sigmoid")])
+def test_gradients_reach_every_trainable_parameter(tiny_paths, batch, fusion, gating):
     model = build(tiny_paths, fusion=fusion, pooling="last4" if fusion == "cdme" else "mean",
-                  fusion_layer_norm=True).train()
+                  fusion_layer_norm=True, fusion_gating=gating).train()
     out = model(**batch, labels=torch.tensor([0, 1, 2]))
     out.loss.backward()
     missing = [n for n, p in model.named_parameters() if p.requires_grad and (p.grad is None or not p.grad.any())]
@@ -113,6 +113,8 @@ def test_gradients_reach_every_trainable_parameter(tiny_paths, batch, fusion):
     assert any(n.startswith("multiencoder.fusion.") for n in names) or fusion == "concat"
     assert any(n.startswith("classifier.") for n in names)
     assert not any(".pooler." in n for n in names), "unused member poolers must not be left untrained"
+    # a scorer bias shared by all members cancels in a softmax: it exists only where it can train
+    assert ("multiencoder.fusion.scorer.bias" in names) == (fusion in ("dme", "cdme") and gating == "sigmoid")
 
 
 def test_problem_types(tiny_paths, batch):
