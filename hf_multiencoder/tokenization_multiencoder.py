@@ -18,7 +18,7 @@ import os
 from typing import Any
 
 import torch
-from transformers import AutoTokenizer, BatchEncoding
+from transformers import AutoTokenizer, BatchEncoding, PreTrainedConfig
 from transformers.dynamic_module_utils import custom_object_save
 from transformers.utils import PushToHubMixin, cached_file
 
@@ -97,8 +97,11 @@ class MultiEncoderTokenizer(PushToHubMixin):
             raise ValueError(f"{pretrained_model_name_or_path} holds no MultiEncoderTokenizer (no `member_tokenizers` "
                              f"in its {TOKENIZER_CONFIG_FILE}).")
         parent = hub_kwargs.pop("subfolder", None)
+        # A blank config: AutoTokenizer would otherwise look for the member's `config.json` in its sub-folder (there
+        # is none; the members' configs live in the model's config), which fails offline from the Hub cache. Each
+        # member's own `tokenizer_config.json` names its tokenizer class.
         tokenizers = [
-            AutoTokenizer.from_pretrained(pretrained_model_name_or_path,
+            AutoTokenizer.from_pretrained(pretrained_model_name_or_path, config=PreTrainedConfig(),
                                           subfolder=f"{parent}/{sub}" if parent else sub, **hub_kwargs)
             for sub in tok_config["member_tokenizers"]
         ]
@@ -108,12 +111,15 @@ class MultiEncoderTokenizer(PushToHubMixin):
     def save_pretrained(self, save_directory, push_to_hub: bool = False, **kwargs) -> tuple[str, ...]:
         if os.path.isfile(save_directory):
             raise ValueError(f"Provided path ({save_directory}) should be a directory, not a file.")
+        os.makedirs(save_directory, exist_ok=True)
         if push_to_hub:
             commit_message = kwargs.pop("commit_message", None)
             repo_id = kwargs.pop("repo_id", str(save_directory).split(os.path.sep)[-1])
-            repo_id = self._create_repo(repo_id, **kwargs)
+            from huggingface_hub import HfApi  # a dependency of transformers itself
+
+            repo_id = HfApi().create_repo(repo_id, exist_ok=True, **{k: v for k, v in kwargs.items()
+                                                                    if k in ("private", "token")}).repo_id
             files_timestamps = self._get_files_timestamps(save_directory)
-        os.makedirs(save_directory, exist_ok=True)
         files = []
         for i, tok in enumerate(self.tokenizers):
             files.extend(tok.save_pretrained(os.path.join(save_directory, member_folder(i))))
