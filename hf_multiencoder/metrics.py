@@ -19,11 +19,6 @@ from typing import Any
 
 import numpy as np
 from scipy.stats import pearsonr, spearmanr
-from seqeval.metrics import accuracy_score as seqeval_accuracy
-from seqeval.metrics import classification_report
-from seqeval.metrics import f1_score as seqeval_f1
-from seqeval.metrics import precision_score as seqeval_precision
-from seqeval.metrics import recall_score as seqeval_recall
 from sklearn.metrics import f1_score, matthews_corrcoef
 
 from .data import TaskSpec, get_task
@@ -187,6 +182,12 @@ def build_compute_metrics(task: TaskSpec | str) -> Callable[[Any], dict[str, flo
 def ner_metrics(true_tags: Sequence[Sequence[str]], pred_tags: Sequence[Sequence[str]]) -> dict[str, float]:
     """Entity-level scores with seqeval (default mode, as conlleval): overall precision/recall/F1, token accuracy,
     and `<TYPE>_f1` for each entity type found in the gold or predicted tags."""
+    from seqeval.metrics import accuracy_score as seqeval_accuracy  # imported here: only NER needs it
+    from seqeval.metrics import classification_report
+    from seqeval.metrics import f1_score as seqeval_f1
+    from seqeval.metrics import precision_score as seqeval_precision
+    from seqeval.metrics import recall_score as seqeval_recall
+
     true_tags = [list(tags) for tags in true_tags]
     pred_tags = [list(tags) for tags in pred_tags]
     if len(true_tags) != len(pred_tags):

@@ -1,0 +1,749 @@
+#!/usr/bin/env python
+"""Training and inference speed of the multi-encoder against its members trained alone, in one run.
+
+On the same data and batch settings it measures, with the stock ``Trainer``:
+
+* each member alone as a plain ``AutoModelForSequenceClassification`` (what users have today);
+* the multi-encoder with that one member (the plugin's own overhead);
+* the multi-encoder with all members, ``concat`` and ``dme`` fusion;
+* the multi-encoder with every member frozen (only fusion + head train), with and without the feature cache
+  (``hf_multiencoder.feature_cache``).
+
+Training throughput is timed over ``--steps`` optimizer steps after ``--warmup`` steps (a ``TrainerCallback`` reads
+the clock at the end of the warm-up step and of the last step, synchronising CUDA first); peak memory is
+``torch.cuda.max_memory_allocated`` on CUDA and the process's peak RSS (``VmHWM``, reset before each run) on the CPU.
+Inference: the Trainer's evaluation loop over the dev set, and ``pipeline("text-classification")`` over dev sentences.
+Results go to ``--out`` (JSON) and the same name with ``.md`` (a table, also printed). See benchmarks/README.md.
+
+    python benchmarks/bench_train.py                          # CPU or CUDA, CoLA, MiniLM + MPNet
+    python benchmarks/bench_train.py --device cuda --bf16 --out benchmarks/results/h100_bf16.json
+    python benchmarks/bench_train.py --long                   # RTE pairs at max_seq_length 256
+    python benchmarks/bench_train.py --tiny                   # tiny random members: a smoke test in seconds
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import ctypes
+import dataclasses
+import gc
+import json
+import math
+import os
+import platform
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO_ROOT not in sys.path:  # run as a script from a checkout without `pip install -e .`
+    sys.path.insert(0, REPO_ROOT)
+
+import datasets  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from transformers import (  # noqa: E402
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    DataCollatorWithPadding,
+    HfArgumentParser,
+    PrinterCallback,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+    pipeline,
+    set_seed,
+)
+
+import hf_multiencoder  # noqa: E402
+from hf_multiencoder import (  # noqa: E402
+    MultiEncoderDataCollator,
+    MultiEncoderForSequenceClassification,
+    MultiEncoderTokenizer,
+)
+from hf_multiencoder.feature_cache import CachedFeaturesCollator, add_member_features  # noqa: E402
+from hf_multiencoder.optimization import freeze_encoders  # noqa: E402
+
+DEFAULT_MEMBERS = ["sentence-transformers/all-MiniLM-L6-v2", "sentence-transformers/all-mpnet-base-v2"]
+# task -> (folder under glue/, text columns, label list); CoLA has no header, the others do.
+TASKS = {
+    "cola": ("CoLA", ("sentence",), ["0", "1"]),
+    "sst2": ("SST-2", ("sentence",), ["0", "1"]),
+    "rte": ("RTE", ("sentence1", "sentence2"), ["entailment", "not_entailment"]),
+}
+SYNTHETIC_WORDS = ("the a cat dog sat on mat he she can will go went left somebody just new york john smith paris "
+                   "is was in of and to it likes runs quickly").split()
+
+
+@dataclass
+class BenchmarkArguments:
+    members: list[str] = field(default_factory=lambda: list(DEFAULT_MEMBERS),
+                               metadata={"help": "Member checkpoints (names or folders AutoModel accepts)."})
+    tiny: bool = field(default=False, metadata={"help": "Tiny random members (a smoke test in seconds)."})
+    synthetic: bool = field(default=False, metadata={"help": "Generated sentences instead of --data_dir."})
+    task: str = field(default="cola", metadata={"help": f"One of {', '.join(TASKS)}."})
+    long: bool = field(default=False, metadata={"help": "Long inputs: RTE sentence pairs at max_seq_length 256."})
+    data_dir: str | None = field(default=None, metadata={
+        "help": "Folder holding glue/<TASK>/{train,dev}.tsv (default $HF_MULTIENCODER_DATA, ../shared/data or "
+                "shared/data next to the repository)."})
+    device: str | None = field(default=None, metadata={"help": "cpu or cuda (default: cuda when available)."})
+    bf16: bool = field(default=False, metadata={"help": "bf16 mixed precision (Trainer's --bf16)."})
+    batch_size: int = field(default=32, metadata={"help": "Per-device batch size, training and evaluation."})
+    max_seq_length: int | None = field(default=None, metadata={"help": "Truncation length (128; 256 with --long)."})
+    pad_to_multiple_of: int | None = field(default=None, metadata={"help": "Pad each batch to a multiple of this."})
+    steps: int | None = field(default=None, metadata={"help": "Timed training steps (CPU 10, CUDA 50, tiny 4)."})
+    warmup: int | None = field(default=None, metadata={"help": "Untimed warm-up steps (CPU 2, CUDA 10, tiny 1)."})
+    eval_samples: int | None = field(default=None, metadata={"help": "Dev examples evaluated (CPU 512, CUDA all)."})
+    pipeline_samples: int | None = field(default=None, metadata={"help": "Sentences through pipeline (CPU 32)."})
+    fusions: list[str] = field(default_factory=lambda: ["concat", "dme"],
+                               metadata={"help": "Fusions of the all-member model; `dme` is the one compared."})
+    single_fusion: str = field(default="dme", metadata={"help": "Fusion of the one-member plugin model."})
+    torch_compile: bool = field(default=False, metadata={"help": "Trainer's --torch_compile for every model."})
+    group_by_length: bool = field(default=False, metadata={"help": "Group training batches by length."})
+    threads: int | None = field(default=None, metadata={"help": "torch.set_num_threads (CPU)."})
+    skip_pipeline: bool = field(default=False, metadata={"help": "Do not time pipeline()."})
+    skip_cache: bool = field(default=False, metadata={"help": "Do not time the frozen / feature-cache runs."})
+    seed: int = field(default=42, metadata={"help": "Seed for the data subset and the models."})
+    out: str | None = field(default=None, metadata={
+        "help": "JSON result path (default benchmarks/results/<device>[_bf16][_tiny].json); .md next to it."})
+
+    def __post_init__(self):
+        if self.long:
+            self.task = "rte"
+            self.max_seq_length = self.max_seq_length or 256
+        self.task = self.task.lower().replace("-", "")
+        if self.task not in TASKS:
+            raise ValueError(f"Unknown task {self.task!r}; choose one of {', '.join(TASKS)}.")
+        if self.device is None:
+            self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"`device` must be 'cpu' or 'cuda', got {self.device!r}.")
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise ValueError("--device cuda but torch sees no CUDA device.")
+        if "dme" not in self.fusions:
+            raise ValueError("`fusions` must include dme (the fused model the ratios compare).")
+        if self.max_seq_length is None:
+            self.max_seq_length = 128
+        if self.tiny:
+            self.max_seq_length = min(self.max_seq_length, 60)  # the tiny members have 64 positions
+        on_cuda = self.device == "cuda"
+        defaults = (4, 1, 64, 8) if self.tiny else ((50, 10, None, 256) if on_cuda else (10, 2, 512, 32))
+        self.steps = self.steps or defaults[0]
+        self.warmup = defaults[1] if self.warmup is None else self.warmup
+        self.eval_samples = self.eval_samples or defaults[2]
+        self.pipeline_samples = defaults[3] if self.pipeline_samples is None else self.pipeline_samples
+        if self.steps < 1 or self.warmup < 1:
+            raise ValueError("`steps` and `warmup` must be at least 1 (the clock starts at the end of the warm-up).")
+        if self.out is None:
+            name = self.device + ("_bf16" if self.bf16 else "") + ("_long" if self.long else "") + (
+                "_tiny" if self.tiny else "")
+            self.out = os.path.join(REPO_ROOT, "benchmarks", "results", f"{name}.json")
+
+
+# ---- data -----------------------------------------------------------------------------------------------------------
+def resolve_data_dir(data_dir: str | None) -> str | None:
+    candidates = [data_dir] if data_dir else [os.environ.get("HF_MULTIENCODER_DATA"),
+                                               os.path.join(REPO_ROOT, "..", "shared", "data"),
+                                               os.path.join(REPO_ROOT, "shared", "data")]
+    for c in candidates:
+        if c and os.path.isdir(c):
+            return os.path.abspath(c)
+    return None
+
+
+def read_glue(data_dir: str, task: str, split: str) -> dict[str, list]:
+    folder, text_keys, labels = TASKS[task]
+    path = os.path.join(data_dir, "glue", folder, f"{split}.tsv")
+    columns = {k: [] for k in (*text_keys, "label")}
+    with open(path, encoding="utf-8", newline="") as f:
+        rows = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        if task == "cola":  # no header: source, label, mark, sentence
+            for row in rows:
+                columns["sentence"].append(row[3])
+                columns["label"].append(int(row[1]))
+        else:
+            header = next(rows)
+            index = {name: header.index(name) for name in (*text_keys, "label")}
+            for row in rows:
+                for k in text_keys:
+                    columns[k].append(row[index[k]])
+                columns["label"].append(labels.index(row[index["label"]]))
+    return columns
+
+
+def synthetic_split(task: str, n: int, seed: int) -> dict[str, list]:
+    rng = random.Random(seed)
+    _, text_keys, _ = TASKS[task]
+    columns = {k: [" ".join(rng.choices(SYNTHETIC_WORDS, k=rng.randint(3, 25))) for _ in range(n)]
+               for k in text_keys}
+    columns["label"] = [rng.randint(0, 1) for _ in range(n)]
+    return columns
+
+
+def load_splits(args: BenchmarkArguments) -> tuple[datasets.Dataset, datasets.Dataset, str]:
+    """A shuffled training subset of (warmup + steps) batches and the first `eval_samples` dev examples."""
+    n_train = (args.warmup + args.steps) * args.batch_size
+    data_dir = resolve_data_dir(args.data_dir)
+    if args.synthetic or data_dir is None:
+        if not args.synthetic and not args.tiny:
+            raise FileNotFoundError(f"No data folder found (looked for {args.data_dir or '../shared/data'}); pass "
+                                    f"--data_dir, or --synthetic for generated sentences.")
+        train, dev, source = synthetic_split(args.task, n_train, args.seed), synthetic_split(
+            args.task, args.eval_samples or 256, args.seed + 1), "synthetic"
+    else:
+        train, dev = read_glue(data_dir, args.task, "train"), read_glue(data_dir, args.task, "dev")
+        source = os.path.join(data_dir, "glue", TASKS[args.task][0])
+    train = datasets.Dataset.from_dict(train).shuffle(seed=args.seed)
+    train = train.select([i % len(train) for i in range(n_train)])  # repeats only if the set is smaller
+    dev = datasets.Dataset.from_dict(dev)
+    if args.eval_samples:
+        dev = dev.select(range(min(args.eval_samples, len(dev))))
+    return train, dev, source
+
+
+def tokenize(ds: datasets.Dataset, tokenizer, text_keys, max_length: int) -> datasets.Dataset:
+    """Tokenize for a plain tokenizer or a MultiEncoderTokenizer; add the `length` column group_by_length reads."""
+    multi = isinstance(tokenizer, MultiEncoderTokenizer)
+
+    def preprocess(batch):
+        pairs = batch[text_keys[1]] if len(text_keys) > 1 else None
+        enc = dict(tokenizer(batch[text_keys[0]], text_pair=pairs, truncation=True, max_length=max_length))
+        enc["length"] = [max(len(m) for m in ids) if multi else len(ids) for ids in enc["input_ids"]]
+        return enc
+
+    return ds.map(preprocess, batched=True, remove_columns=list(text_keys), desc="Tokenizing")
+
+
+def text_inputs(ds: datasets.Dataset, text_keys, n: int) -> list:
+    rows = ds.select(range(min(n, len(ds))))
+    if len(text_keys) == 1:
+        return list(rows[text_keys[0]])
+    return [{"text": a, "text_pair": b} for a, b in zip(rows[text_keys[0]], rows[text_keys[1]])]
+
+
+# ---- measurement helpers --------------------------------------------------------------------------------------------
+def synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _rss_kb(field_name: str) -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            match = re.search(rf"{field_name}:\s+(\d+)", f.read())
+        return int(match.group(1)) if match else None
+    except OSError:
+        return None
+
+
+class PeakMemory:
+    """Peak memory over a block: CUDA allocator peak, or the process's peak RSS (Linux VmHWM, reset on entry)."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self.result: dict = {}
+
+    def __enter__(self):
+        gc.collect()
+        if self.device == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            self.start = torch.cuda.memory_allocated()
+        else:
+            with contextlib.suppress(OSError, AttributeError):
+                ctypes.CDLL("libc.so.6").malloc_trim(0)  # hand freed heap back so the baseline is honest
+            self.resettable = True
+            try:
+                with open("/proc/self/clear_refs", "w") as f:
+                    f.write("5")  # resets VmHWM (peak RSS) to the current RSS
+            except OSError:
+                self.resettable = False  # peak since process start (resource.ru_maxrss semantics)
+            self.start = _rss_kb("VmRSS")
+        return self
+
+    def __exit__(self, *exc):
+        mb = 1024 * 1024
+        if self.device == "cuda":
+            synchronize("cuda")
+            self.result = {"peak_mb": torch.cuda.max_memory_allocated() / mb,
+                           "peak_reserved_mb": torch.cuda.max_memory_reserved() / mb,
+                           "start_mb": self.start / mb, "kind": "torch.cuda.max_memory_allocated"}
+        else:
+            peak = _rss_kb("VmHWM")
+            if peak is None:
+                import resource
+
+                peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+                self.resettable = False
+            self.result = {"peak_mb": peak / 1024, "start_mb": (self.start or 0) / 1024,
+                           "kind": "peak RSS (VmHWM, reset per run)" if self.resettable else
+                           "peak RSS since process start"}
+        self.result["peak_over_start_mb"] = self.result["peak_mb"] - self.result["start_mb"]
+        return False
+
+
+class StepTimer(TrainerCallback):
+    """Clock at the end of the warm-up step and of the last timed step (CUDA synchronised at both)."""
+
+    def __init__(self, warmup: int, steps: int, device: str):
+        self.warmup, self.steps, self.device = warmup, steps, device
+        self.start = self.end = None
+        self.step_ends: list[float] = []
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.warmup:
+            synchronize(self.device)
+            self.start = time.perf_counter()
+        elif state.global_step == self.warmup + self.steps:
+            synchronize(self.device)
+            self.end = time.perf_counter()
+        self.step_ends.append(time.perf_counter())
+
+    @property
+    def seconds(self) -> float:
+        if self.start is None or self.end is None:
+            raise RuntimeError(f"Training stopped before {self.warmup + self.steps} steps.")
+        return self.end - self.start
+
+
+def training_arguments(args: BenchmarkArguments, output_dir: str, multi: bool, max_steps: int) -> TrainingArguments:
+    kwargs = {
+        "output_dir": output_dir, "per_device_train_batch_size": args.batch_size,
+        "per_device_eval_batch_size": args.batch_size, "max_steps": max_steps, "learning_rate": 2e-5,
+        "report_to": [], "save_strategy": "no", "logging_strategy": "no", "eval_strategy": "no",
+        "disable_tqdm": True, "seed": args.seed, "bf16": args.bf16, "use_cpu": args.device == "cpu",
+        "torch_compile": args.torch_compile, "dataloader_num_workers": 0,
+    }
+    if args.group_by_length:
+        names = {f.name for f in dataclasses.fields(TrainingArguments)}
+        if "train_sampling_strategy" in names:  # transformers >= 5.2x
+            kwargs["train_sampling_strategy"] = "group_by_length"
+        else:
+            kwargs["group_by_length"] = True
+        # The Trainer drops columns the model's forward does not name (`length` among them) before it builds the
+        # sampler; the sampler then measures len(example["input_ids"]), which for a multi-encoder is the number of
+        # members. Keep the columns (our collator drops `length`) so the sampler reads the real lengths.
+        kwargs["remove_unused_columns"] = not multi
+    return TrainingArguments(**kwargs)
+
+
+@dataclass
+class DropKeys:
+    """Wraps a collator and drops keys (e.g. `length`) from the examples first."""
+
+    collator: object
+    keys: tuple = ("length",)
+
+    def __call__(self, features):
+        return self.collator([{k: v for k, v in f.items() if k not in self.keys} for f in features])
+
+
+def time_collator(collator, ds: datasets.Dataset, batch_size: int, n_batches: int = 8) -> float:
+    """Milliseconds per batch spent in the collator (row access included), over the first `n_batches` batches."""
+    rows = [ds[i] for i in range(min(len(ds), batch_size * n_batches))]
+    batches = [rows[i:i + batch_size] for i in range(0, len(rows), batch_size)]
+    start = time.perf_counter()
+    for b in batches:
+        collator(b)
+    return (time.perf_counter() - start) / len(batches) * 1000
+
+
+# ---- one benchmark entry --------------------------------------------------------------------------------------------
+@dataclass
+class Entry:
+    name: str
+    kind: str  # plain | plugin | fused | frozen | cached
+    members: list[str]
+    fusion: str | None = None
+    result: dict = field(default_factory=dict)
+
+
+def train_and_time(args, entry: Entry, model, tokenizer, train_ds, collator, workdir) -> Trainer:
+    multi = entry.kind != "plain"
+    timer = StepTimer(args.warmup, args.steps, args.device)
+    targs = training_arguments(args, os.path.join(workdir, entry.name.replace("/", "_")), multi,
+                               args.warmup + args.steps)
+    if args.group_by_length and multi:
+        collator = DropKeys(collator)
+    trainer = Trainer(model=model, args=targs, train_dataset=train_ds, processing_class=tokenizer,
+                      data_collator=collator, callbacks=[timer])
+    trainer.remove_callback(PrinterCallback)  # keep the console to our own lines
+    with PeakMemory(args.device) as mem:
+        trainer.train()
+    seconds = timer.seconds
+    samples = args.steps * args.batch_size
+    step_ms = [(b - a) * 1000 for a, b in zip(timer.step_ends[args.warmup - 1:], timer.step_ends[args.warmup:])]
+    entry.result["train"] = {
+        "samples_per_second": samples / seconds,
+        "step_ms": seconds / args.steps * 1000,
+        "step_ms_median": statistics.median(step_ms),  # robust to a busy neighbour; CUDA: between step ends
+        "step_ms_each": step_ms,
+        "timed_steps": args.steps,
+        "warmup_steps": args.warmup,
+        "timed_seconds": seconds,
+        "memory": mem.result,
+        "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
+    return trainer
+
+
+def evaluate_and_time(args, entry: Entry, trainer: Trainer, eval_ds, collator) -> None:
+    trainer.data_collator = DropKeys(collator) if entry.kind != "plain" else collator
+    warm = eval_ds.select(range(min(len(eval_ds), args.batch_size)))
+    trainer.evaluate(eval_dataset=warm)  # warm-up (allocator, kernels, compile)
+    with PeakMemory(args.device) as mem:
+        synchronize(args.device)
+        start = time.perf_counter()
+        trainer.evaluate(eval_dataset=eval_ds)
+        synchronize(args.device)
+        seconds = time.perf_counter() - start
+    entry.result["eval"] = {"samples_per_second": len(eval_ds) / seconds, "samples": len(eval_ds),
+                            "seconds": seconds, "memory": mem.result}
+
+
+def pipeline_and_time(args, entry: Entry, model, tokenizer, texts: list) -> None:
+    if args.skip_pipeline or not texts:
+        return
+    model.eval()
+    device = torch.device(args.device, 0) if args.device == "cuda" else torch.device("cpu")
+    classifier = pipeline("text-classification", model=model, tokenizer=tokenizer, device=device)
+    autocast = torch.autocast(args.device, dtype=torch.bfloat16) if args.bf16 else contextlib.nullcontext()
+    result = {}
+    for label, batch_size in (("batch_1", 1), (f"batch_{args.batch_size}", args.batch_size)):
+        kwargs = {"batch_size": batch_size, "truncation": True, "max_length": args.max_seq_length}
+        try:
+            with autocast, torch.inference_mode():
+                classifier(texts[:2], **kwargs)  # warm-up
+                synchronize(args.device)
+                start = time.perf_counter()
+                classifier(texts, **kwargs)
+                synchronize(args.device)
+            seconds = time.perf_counter() - start
+            result[label] = {"samples_per_second": len(texts) / seconds, "samples": len(texts), "seconds": seconds}
+        except Exception as e:  # noqa: BLE001 - recorded: the plugin's known pipeline limits belong in the report
+            result[label] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+    entry.result["pipeline"] = result
+
+
+def cleanup() -> None:
+    """Free what the caller just dropped (call after `del model, trainer`)."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+# ---- the run --------------------------------------------------------------------------------------------------------
+def build_tiny_members(root: str) -> list[str]:
+    sys.path.insert(0, os.path.join(REPO_ROOT, "tests"))
+    from tiny_encoders import build_tiny_encoders
+
+    return build_tiny_encoders(root)[:2]  # BERT-32 and RoBERTa-40: two types, two tokenizers, two widths
+
+
+def short_name(member: str) -> str:
+    return os.path.basename(member.rstrip("/"))
+
+
+def environment(args: BenchmarkArguments) -> tuple[str, dict]:
+    if args.device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        device = f"cuda: {props.name} ({props.total_memory / 2**30:.0f} GiB)"
+    else:
+        cpu = platform.processor() or platform.machine()
+        with contextlib.suppress(OSError):
+            with open("/proc/cpuinfo") as f:
+                match = re.search(r"model name\s*:\s*(.+)", f.read())
+                cpu = match.group(1).strip() if match else cpu
+        device = f"cpu: {cpu}, {torch.get_num_threads()} threads"
+    commit = None
+    with contextlib.suppress(Exception):
+        commit = subprocess.run(["git", "-C", REPO_ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, timeout=10).stdout.strip() or None
+    versions = {
+        "python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+        "datasets": datasets.__version__, "hf_multiencoder": hf_multiencoder.__version__, "git_commit": commit,
+        "cuda": torch.version.cuda if args.device == "cuda" else None, "platform": platform.platform(),
+    }
+    with contextlib.suppress(ImportError):
+        import accelerate
+
+        versions["accelerate"] = accelerate.__version__
+    return device, versions
+
+
+def run(args: BenchmarkArguments) -> dict:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    datasets.disable_progress_bars()
+    transformers.logging.set_verbosity_error()
+    workdir = tempfile.mkdtemp(prefix="bench_train_")
+    members = build_tiny_members(os.path.join(workdir, "tiny")) if args.tiny else list(args.members)
+    text_keys = TASKS[args.task][1]
+    train_raw, dev_raw, source = load_splits(args)
+    texts = text_inputs(dev_raw, text_keys, args.pipeline_samples)
+    device, versions = environment(args)
+    load_before = os.getloadavg() if hasattr(os, "getloadavg") else None
+    print(f"[bench] {device}; members {[short_name(m) for m in members]}; {args.task} from {source}; "
+          f"{len(train_raw)} train / {len(dev_raw)} dev examples", flush=True)
+
+    entries: list[Entry] = []
+    started = time.perf_counter()
+
+    def log(entry: Entry) -> None:
+        r = entry.result
+        train = r.get("train", {})
+        print(f"[bench] {entry.name}: train {train.get('samples_per_second', float('nan')):.1f} samples/s, "
+              f"eval {r.get('eval', {}).get('samples_per_second', float('nan')):.1f} samples/s "
+              f"({time.perf_counter() - started:.0f}s elapsed)", flush=True)
+
+    def measure_multi(entry: Entry, model, tokenizer, inference: bool = True, cache: bool = False) -> None:
+        train_ds = tokenize(train_raw, tokenizer, text_keys, args.max_seq_length)
+        collator = MultiEncoderDataCollator(tokenizer, pad_to_multiple_of=args.pad_to_multiple_of)
+        if cache:
+            model.to(args.device)
+            synchronize(args.device)
+            start = time.perf_counter()
+            train_ds = add_member_features(train_ds, model, members=list(range(len(entry.members))),
+                                           batch_size=64, cache_dir=os.path.join(workdir, "feature_cache"))
+            synchronize(args.device)
+            entry.result["cache_build"] = {"seconds": time.perf_counter() - start, "examples": len(train_ds)}
+            collator = CachedFeaturesCollator(tokenizer, pad_to_multiple_of=args.pad_to_multiple_of)
+        entry.result["collate_ms_per_batch"] = time_collator(collator, train_ds.remove_columns("length"),
+                                                             args.batch_size)
+        trainer = train_and_time(args, entry, model, tokenizer, train_ds, collator, workdir)
+        if inference:
+            eval_ds = tokenize(dev_raw, tokenizer, text_keys, args.max_seq_length)
+            evaluate_and_time(args, entry, trainer, eval_ds, collator)
+            pipeline_and_time(args, entry, model, tokenizer, texts)
+        del trainer
+        cleanup()
+
+    # 1. each member alone: the stock AutoModelForSequenceClassification and the one-member plugin
+    for member in members:
+        name = short_name(member)
+        set_seed(args.seed)
+        tokenizer = AutoTokenizer.from_pretrained(member)
+        model = AutoModelForSequenceClassification.from_pretrained(member, num_labels=2)
+        entry = Entry(f"plain/{name}", "plain", [member])
+        collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=args.pad_to_multiple_of)
+        train_ds = tokenize(train_raw, tokenizer, text_keys, args.max_seq_length)
+        entry.result["collate_ms_per_batch"] = time_collator(collator, train_ds.remove_columns("length"),
+                                                             args.batch_size)
+        trainer = train_and_time(args, entry, model, tokenizer, train_ds, collator, workdir)
+        eval_ds = tokenize(dev_raw, tokenizer, text_keys, args.max_seq_length)
+        evaluate_and_time(args, entry, trainer, eval_ds, collator)
+        pipeline_and_time(args, entry, model, tokenizer, texts)
+        entries.append(entry)
+        log(entry)
+        del trainer, model, train_ds, eval_ds
+        cleanup()
+
+        set_seed(args.seed)
+        tokenizer = MultiEncoderTokenizer.from_encoders([member])
+        model = MultiEncoderForSequenceClassification.from_encoders([member], fusion=args.single_fusion, num_labels=2)
+        entry = Entry(f"plugin/{name}", "plugin", [member], args.single_fusion)
+        measure_multi(entry, model, tokenizer)
+        entries.append(entry)
+        log(entry)
+        del model
+        cleanup()
+
+    # 2. all members together
+    tokenizer = MultiEncoderTokenizer.from_encoders(members)
+    for fusion in args.fusions:
+        set_seed(args.seed)
+        model = MultiEncoderForSequenceClassification.from_encoders(members, fusion=fusion, num_labels=2)
+        entry = Entry(f"fused/{fusion}", "fused", members, fusion)
+        measure_multi(entry, model, tokenizer)
+        entries.append(entry)
+        log(entry)
+        del model
+        cleanup()
+
+    # 3. every member frozen (only fusion + head train): members run at every step, or read from the cache
+    if not args.skip_cache:
+        for kind in ("frozen", "cached"):
+            set_seed(args.seed)
+            model = MultiEncoderForSequenceClassification.from_encoders(members, fusion="dme", num_labels=2)
+            freeze_encoders(model, list(range(len(members))))
+            entry = Entry(f"{kind}/dme", kind, members, "dme")
+            measure_multi(entry, model, tokenizer, inference=False, cache=kind == "cached")
+            entries.append(entry)
+            log(entry)
+            del model
+            cleanup()
+
+    results = summarize(args, entries, device, versions, source, len(train_raw), len(dev_raw))
+    results["load_average"] = {"before": load_before,
+                               "after": os.getloadavg() if hasattr(os, "getloadavg") else None}
+    results["total_seconds"] = time.perf_counter() - started
+    return results
+
+
+def _ratio(a, b) -> float:
+    return float(a) / float(b) if a and b else float("nan")
+
+
+def summarize(args, entries: list[Entry], device, versions, source, n_train, n_dev) -> dict:
+    by_name = {e.name: e for e in entries}
+    members = next(e.members for e in entries if e.kind == "fused")
+    names = [short_name(e.members[0]) for e in entries if e.kind == "plain"]
+    train_sps = {e.name: e.result["train"]["samples_per_second"] for e in entries}
+    step_ms = {e.name: e.result["train"]["step_ms"] for e in entries}
+    eval_sps = {e.name: e.result["eval"]["samples_per_second"] for e in entries if "eval" in e.result}
+
+    plugin_over_plain = {n: _ratio(train_sps[f"plugin/{n}"], train_sps[f"plain/{n}"]) for n in names}
+    plugin_over_plain_eval = {n: _ratio(eval_sps[f"plugin/{n}"], eval_sps[f"plain/{n}"]) for n in names}
+    slowest_plain = min(train_sps[f"plain/{n}"] for n in names)
+    slowest_plain_eval = min(eval_sps[f"plain/{n}"] for n in names)
+    results = {
+        "device": device,
+        "plugin_over_plain": min(plugin_over_plain.values()),
+        "plugin_over_plain_per_member": plugin_over_plain,
+        "fused_over_sum": _ratio(step_ms["fused/dme"], sum(step_ms[f"plain/{n}"] for n in names)),
+        "fused_over_slowest_plain": _ratio(train_sps["fused/dme"], slowest_plain),
+        "cached_over_uncached": float("nan"),
+        "inference": {
+            "plugin_over_plain_per_member": plugin_over_plain_eval,
+            "plugin_over_plain": min(plugin_over_plain_eval.values()),
+            "fused_over_sum": _ratio(1 / eval_sps["fused/dme"], sum(1 / eval_sps[f"plain/{n}"] for n in names)),
+            "fused_over_slowest_plain": _ratio(eval_sps["fused/dme"], slowest_plain_eval),
+        },
+    }
+    med = {e.name: e.result["train"]["step_ms_median"] for e in entries}
+    per_member = {n: _ratio(med[f"plain/{n}"], med[f"plugin/{n}"]) for n in names}
+    results["from_median_step"] = {  # the same training ratios from median step times (robust to load spikes)
+        "plugin_over_plain": min(per_member.values()),
+        "plugin_over_plain_per_member": per_member,
+        "fused_over_sum": _ratio(med["fused/dme"], sum(med[f"plain/{n}"] for n in names)),
+        "fused_over_slowest_plain": _ratio(max(med[f"plain/{n}"] for n in names), med["fused/dme"]),
+        "cached_over_uncached": _ratio(med.get("cached/dme"), med.get("frozen/dme")),
+    }
+    if "cached/dme" in by_name:
+        cached = by_name["cached/dme"]
+        steps_per_epoch = math.ceil(n_train / args.batch_size)
+        epoch_cached = step_ms["cached/dme"] * steps_per_epoch / 1000
+        epoch_frozen = step_ms["frozen/dme"] * steps_per_epoch / 1000
+        build = cached.result["cache_build"]["seconds"]
+        results["cached_over_uncached"] = _ratio(epoch_cached, epoch_frozen)
+        results["feature_cache"] = {
+            "epoch_seconds_cached": epoch_cached,
+            "epoch_seconds_uncached": epoch_frozen,
+            "epoch_examples": n_train,
+            "cache_build_seconds": build,
+            "first_epoch_with_build_over_uncached": _ratio(epoch_cached + build, epoch_frozen),
+            "note": "epoch = one pass over the benchmark's training subset; both models have every member frozen",
+        }
+    for e in entries:
+        if e.kind != "plain" and e.result.get("pipeline", {}).get(f"batch_{args.batch_size}", {}).get("error"):
+            results.setdefault("notes", []).append(
+                f"{e.name}: pipeline(batch_size={args.batch_size}) failed: "
+                f"{e.result['pipeline'][f'batch_{args.batch_size}']['error']}")
+    settings = {k: v for k, v in dataclasses.asdict(args).items()}
+    settings.update({"data": source, "train_examples": n_train, "eval_examples": n_dev,
+                     "members": members if not args.tiny else [short_name(m) for m in members],
+                     "threads": torch.get_num_threads(), "optimizer": "Trainer default (AdamW), lr 2e-5",
+                     "padding": "dynamic (each batch to its longest, per member)"})
+    results.update({"settings": settings, "versions": versions,
+                    "runs": {e.name: {"kind": e.kind, "members": [short_name(m) for m in e.members],
+                                      "fusion": e.fusion, **e.result} for e in entries}})
+    return results
+
+
+# ---- report ---------------------------------------------------------------------------------------------------------
+def _fmt(value, digits=1) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{value:.{digits}f}"
+
+
+def markdown(results: dict) -> str:
+    s, v = results["settings"], results["versions"]
+    lines = [
+        f"# Training / inference benchmark: {s['task']} ({'bf16' if s['bf16'] else 'fp32'})",
+        "",
+        f"- device: {results['device']}",
+        f"- versions: torch {v['torch']}, transformers {v['transformers']}, datasets {v['datasets']}, "
+        f"hf_multiencoder {v['hf_multiencoder']} ({v.get('git_commit') or 'no git'}), python {v['python']}",
+        f"- members: {', '.join(s['members'])}",
+        f"- data: {s['data']} ({s['train_examples']} train examples, {s['eval_examples']} dev examples); batch "
+        f"{s['batch_size']}, max_seq_length {s['max_seq_length']}, dynamic padding"
+        + (f" to a multiple of {s['pad_to_multiple_of']}" if s["pad_to_multiple_of"] else "")
+        + f"; {s['steps']} timed steps after {s['warmup']} warm-up steps"
+        + ("; torch_compile" if s["torch_compile"] else "") + ("; group_by_length" if s["group_by_length"] else ""),
+        f"- load average before/after: {results.get('load_average', {}).get('before')} / "
+        f"{results.get('load_average', {}).get('after')}",
+        "",
+        "| run | fusion | train samples/s | step ms (mean / median) | train peak MB | collate ms | eval samples/s | "
+        "pipeline bs1 /s | pipeline batched /s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in results["runs"].items():
+        train = r["train"]
+        pipe = r.get("pipeline", {})
+        batched = next((x for k, x in pipe.items() if k != "batch_1"), {})
+        lines.append(
+            f"| {name} | {r['fusion'] or '-'} | {_fmt(train['samples_per_second'])} | "
+            f"{_fmt(train['step_ms'], 0)} / {_fmt(train['step_ms_median'], 0)} | "
+            f"{_fmt(train['memory']['peak_mb'], 0)} | {_fmt(r.get('collate_ms_per_batch'), 2)} | "
+            f"{_fmt(r.get('eval', {}).get('samples_per_second'))} | "
+            f"{_fmt(pipe.get('batch_1', {}).get('samples_per_second'))} | "
+            f"{'fails' if 'error' in batched else _fmt(batched.get('samples_per_second'))} |")
+    inf = results["inference"]
+    med = results["from_median_step"]
+    lines += [
+        "",
+        "| ratio | training | training (median steps) | inference (eval loop) |",
+        "|---|---|---|---|",
+        f"| plugin_over_plain (min; throughput, 1-member plugin / plain member) | "
+        f"{_fmt(results['plugin_over_plain'], 3)} | {_fmt(med['plugin_over_plain'], 3)} | "
+        f"{_fmt(inf['plugin_over_plain'], 3)} |",
+    ]
+    for member, ratio in results["plugin_over_plain_per_member"].items():
+        lines.append(f"| plugin_over_plain[{member}] | {_fmt(ratio, 3)} | "
+                     f"{_fmt(med['plugin_over_plain_per_member'][member], 3)} | "
+                     f"{_fmt(inf['plugin_over_plain_per_member'][member], 3)} |")
+    lines += [
+        f"| fused_over_sum (step time, fused dme / sum of plain members) | {_fmt(results['fused_over_sum'], 3)} | "
+        f"{_fmt(med['fused_over_sum'], 3)} | {_fmt(inf['fused_over_sum'], 3)} |",
+        f"| fused_over_slowest_plain (throughput, fused dme / slowest plain member) | "
+        f"{_fmt(results['fused_over_slowest_plain'], 3)} | {_fmt(med['fused_over_slowest_plain'], 3)} | "
+        f"{_fmt(inf['fused_over_slowest_plain'], 3)} |",
+        f"| cached_over_uncached (epoch time, all members frozen, cached / not) | "
+        f"{_fmt(results['cached_over_uncached'], 3)} | {_fmt(med['cached_over_uncached'], 3)} | - |",
+    ]
+    if "feature_cache" in results:
+        fc = results["feature_cache"]
+        lines.append(f"\nFeature cache: building it took {_fmt(fc['cache_build_seconds'], 2)} s for "
+                     f"{fc['epoch_examples']} examples; an epoch takes {_fmt(fc['epoch_seconds_cached'], 2)} s cached "
+                     f"vs {_fmt(fc['epoch_seconds_uncached'], 2)} s uncached (first epoch incl. build: "
+                     f"{_fmt(fc['first_epoch_with_build_over_uncached'], 3)} x).")
+    for note in results.get("notes", []):
+        lines.append(f"\nNote: {note}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = HfArgumentParser(BenchmarkArguments)
+    (args,) = parser.parse_args_into_dataclasses(args=argv)
+    results = run(args)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=2, default=str)
+    table = markdown(results)
+    with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
+        f.write(table)
+    print(table)
+    print(f"[bench] wrote {args.out} and {os.path.splitext(args.out)[0]}.md")
+    return results
+
+
+if __name__ == "__main__":
+    main()

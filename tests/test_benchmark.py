@@ -1,0 +1,58 @@
+"""benchmarks/bench_train.py end to end on tiny random members: it runs, and writes the JSON and Markdown reports.
+
+Uses the real CoLA files when the shared data folder is there, generated sentences (``--synthetic``) otherwise, so
+the test never skips.
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+from conftest import REPO_ROOT, SHARED_DATA
+
+SCRIPT = os.path.join(REPO_ROOT, "benchmarks", "bench_train.py")
+RATIOS = ("plugin_over_plain", "fused_over_sum", "fused_over_slowest_plain", "cached_over_uncached")
+RUNS = ("plain/tiny-bert", "plugin/tiny-bert", "plain/tiny-roberta", "plugin/tiny-roberta", "fused/concat",
+        "fused/dme", "frozen/dme", "cached/dme")
+
+
+def test_tiny_benchmark_end_to_end(tmp_path):
+    out = tmp_path / "tiny.json"
+    data = ["--data_dir", SHARED_DATA] if os.path.isdir(SHARED_DATA) else ["--synthetic"]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    # one thread: on a shared 2-core machine OpenMP spin-waiting otherwise makes tiny ops 100x slower
+    cmd = [sys.executable, SCRIPT, "--tiny", "--device", "cpu", "--threads", "1", "--steps", "3", "--warmup", "1",
+           "--pipeline_samples", "4", "--out", str(out), *data]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=150, env=env, cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    results = json.loads(out.read_text())
+    assert isinstance(results["device"], str) and results["device"].startswith("cpu")
+    for key in RATIOS:
+        assert isinstance(results[key], float) and math.isfinite(results[key]) and results[key] > 0, key
+    assert set(results["plugin_over_plain_per_member"]) == {"tiny-bert", "tiny-roberta"}
+    assert results["plugin_over_plain"] == min(results["plugin_over_plain_per_member"].values())
+    assert set(results["runs"]) == set(RUNS)
+    for name, run in results["runs"].items():
+        train = run["train"]
+        assert train["samples_per_second"] > 0 and train["step_ms"] > 0 and train["timed_steps"] == 3, name
+        assert train["memory"]["peak_mb"] > 0, name
+        if run["kind"] in ("plain", "plugin", "fused"):
+            assert run["eval"]["samples_per_second"] > 0, name
+            assert run["pipeline"]["batch_1"]["samples_per_second"] > 0, name
+    assert results["runs"]["cached/dme"]["train"]["trainable_parameters"] < results["runs"]["fused/dme"]["train"][
+        "trainable_parameters"]
+    assert results["feature_cache"]["cache_build_seconds"] > 0
+    settings, versions = results["settings"], results["versions"]
+    assert settings["batch_size"] == 32 and settings["tiny"] is True
+    assert settings["data"] == ("synthetic" if "--synthetic" in data else os.path.join(
+        os.path.abspath(SHARED_DATA), "glue", "CoLA"))
+    assert {"torch", "transformers", "datasets", "hf_multiencoder"} <= set(versions)
+
+    table = (tmp_path / "tiny.md").read_text()
+    assert results["device"] in table and versions["transformers"] in table
+    for key in RATIOS:
+        assert key in table
+    assert "| fused/dme |" in table and table in proc.stdout
