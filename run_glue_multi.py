@@ -26,7 +26,7 @@ import transformers
 import yaml
 from hf_multiencoder.data import TASKS, TaskSpec, load_conll_files, load_files, load_task, resolve_data_dir
 from hf_multiencoder.metrics import build_compute_metrics, build_ner_compute_metrics
-from transformers import EarlyStoppingCallback, HfArgumentParser, Trainer, TrainingArguments, set_seed
+from transformers import EarlyStoppingCallback, HfArgumentParser, TrainingArguments, set_seed
 from transformers.trainer_utils import get_last_checkpoint
 
 from hf_multiencoder import (
@@ -35,6 +35,8 @@ from hf_multiencoder import (
     MultiEncoderForTokenClassification,
     MultiEncoderTokenizer,
 )
+from hf_multiencoder.hub import MultiEncoderTrainer
+from hf_multiencoder.model_card import MultiEncoderModelCardData
 from hf_multiencoder.optimization import create_multiencoder_optimizer, freeze_encoders
 
 logger = logging.getLogger(__name__)
@@ -157,7 +159,13 @@ def parse_args(argv: list[str] | None = None):
         if unknown:
             raise ValueError(f"Unknown argument(s) in {path}: {', '.join(unknown)}.")
         argv = config_to_argv(config) + argv
-    return parser.parse_args_into_dataclasses(args=argv)
+    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    if "--metric_for_best_model" not in argv:
+        # TrainingArguments picks "loss" whenever load_best_model_at_end is set; unless asked otherwise, the best
+        # checkpoint is the task's (main() sets it once the task is known: MCC for CoLA, Spearman for STS-B, ...).
+        training_args.metric_for_best_model = None
+        training_args.greater_is_better = None
+    return model_args, data_args, training_args
 
 
 # ---- data ----------------------------------------------------------------------------------------------------------
@@ -302,33 +310,54 @@ def format_fusion_report(report: dict) -> str:
     return "\n".join(lines)
 
 
+# ---- model card ---------------------------------------------------------------------------------------------------
+DATASET_NAMES = {"cola": "GLUE CoLA", "sst2": "GLUE SST-2", "mrpc": "GLUE MRPC", "stsb": "GLUE STS-B",
+                 "qqp": "GLUE QQP", "mnli": "GLUE MNLI", "qnli": "GLUE QNLI", "rte": "GLUE RTE", "wnli": "GLUE WNLI",
+                 "trec": "TREC (coarse)", "trec_fine": "TREC (fine)", "sick_relatedness": "SICK (relatedness)",
+                 "sick_entailment": "SICK (entailment)", "conll2003": "CoNLL-2003", "wnut17": "WNUT-17"}
+
+
+def card_data_for(spec: TaskSpec, data_args) -> MultiEncoderModelCardData:
+    """What the model card says about the data (the callback adds the members, rates and results)."""
+    hub = spec.hub or ()
+    return MultiEncoderModelCardData(
+        language="en" if spec.name in DATASET_NAMES else None,
+        dataset_id=hub[0] if hub else None,
+        dataset_config=hub[1] if len(hub) > 1 else None,
+        dataset_name=DATASET_NAMES.get(spec.name) or (os.path.basename(data_args.train_file)
+                                                      if data_args.train_file else None),
+    )
+
+
+def groups_by_length(training_args) -> bool:
+    """Whether the Trainer's length-grouped sampler is on (`group_by_length=True`, or the
+    `train_sampling_strategy="group_by_length"` of newer transformers)."""
+    return getattr(training_args, "train_sampling_strategy", None) == "group_by_length" or bool(
+        getattr(training_args, "group_by_length", False))
+
+
 # ---- one run -----------------------------------------------------------------------------------------------------
-def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokenized) -> dict:
-    set_seed(training_args.seed)
-    num_labels = 1 if spec.is_regression else len(spec.label_list)
-    model = build_model(model_args, spec, num_labels)
-    tokenizer.check_model(model)
-    if model_args.freeze_encoders:
-        frozen = freeze_encoders(model, model_args.freeze_encoders)
-        logger.info(f"Frozen members: {[model.config.encoder_names[i] for i in frozen]}")
-    model.to(training_args.device)  # before the optimizer, so that it can use the fused CUDA kernel
+def build_trainer(model_args, data_args, training_args, spec, tokenizer, tokenized, model) -> MultiEncoderTrainer:
+    """The stock Trainer (plus the multi-encoder model card) with the per-member optimizer."""
     optimizer = create_multiencoder_optimizer(
         model, training_args, encoder_learning_rates=model_args.encoder_learning_rates,
         head_learning_rate=model_args.head_learning_rate, layerwise_lr_decay=model_args.layerwise_lr_decay,
     ) if training_args.do_train else None
-
+    if groups_by_length(training_args):
+        # The Trainer drops columns the model does not take *before* it builds the length sampler, which then
+        # measures len(input_ids) = the number of members for every example. Keep the `length` column (every other
+        # column is a model input); the collator leaves it out of the batch.
+        training_args.remove_unused_columns = False
     train_dataset = tokenized["train"] if training_args.do_train else None
     eval_splits = [s for s in spec.validation_splits if s in tokenized]
-    eval_datasets = {s: tokenized[s] for s in eval_splits}
-    main_eval = eval_datasets[eval_splits[0]] if eval_splits else None
+    main_eval = tokenized[eval_splits[0]] if eval_splits else None
     if training_args.do_eval and main_eval is None:
         raise ValueError(f"--do_eval needs a validation split; the data has {list(tokenized)}.")
     compute = build_ner_compute_metrics(spec.label_list) if spec.kind == "token" else build_compute_metrics(spec)
     callbacks = []
     if data_args.early_stopping_patience:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=data_args.early_stopping_patience))
-
-    trainer = Trainer(
+    return MultiEncoderTrainer(
         model=model,
         args=training_args,
         train_dataset=train_dataset,
@@ -338,7 +367,23 @@ def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokeni
         compute_metrics=with_fusion_weights(compute, spec, model.config.num_encoders),
         optimizers=(optimizer, None),
         callbacks=callbacks,
+        model_card_data=card_data_for(spec, data_args),
     )
+
+
+def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokenized) -> dict:
+    set_seed(training_args.seed)
+    num_labels = 1 if spec.is_regression else len(spec.label_list)
+    model = build_model(model_args, spec, num_labels)
+    tokenizer.check_model(model)
+    if model_args.freeze_encoders:
+        frozen = freeze_encoders(model, model_args.freeze_encoders)
+        logger.info(f"Frozen members: {[model.config.encoder_names[i] for i in frozen]}")
+    model.to(training_args.device)  # before the optimizer, so that it can use the fused CUDA kernel
+    trainer = build_trainer(model_args, data_args, training_args, spec, tokenizer, tokenized, model)
+    train_dataset = trainer.train_dataset
+    eval_splits = [s for s in spec.validation_splits if s in tokenized]
+    eval_datasets = {s: tokenized[s] for s in eval_splits}
     main_key = f"eval_{spec.main_metric}"
     result = {"seed": training_args.seed}
     start = time.time()
@@ -359,6 +404,7 @@ def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokeni
     all_eval = {}
     if training_args.do_eval:
         for split, ds in eval_datasets.items():
+            trainer.model_card_data.eval_split = split
             metrics = trainer.evaluate(eval_dataset=ds)
             metrics["eval_samples"] = len(ds)
             prefix = "eval" if split == eval_splits[0] else f"eval_{split}"
@@ -378,6 +424,7 @@ def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokeni
                                data_args.fusion_examples or DEFAULT_FUSION_EXAMPLES, training_args.output_dir,
                                max_length=data_args.max_seq_length)
         result["fusion"] = report
+        trainer.model_card_data.set_fusion_examples(report["examples"])
         text = format_fusion_report(report)
         if text:
             logger.info("Fusion weights\n" + text)
@@ -399,7 +446,13 @@ def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokeni
                     f.write(f"{i}\t{float(np.squeeze(row)):.3f}\n")
                 else:
                     f.write(f"{i}\t{spec.label_list[int(row.argmax())]}\n")
-    del trainer, model, optimizer
+    # As run_glue.py: a model card at the end (README.md + fusion-weight plot in output_dir), pushed if asked.
+    card_kwargs = {"tasks": "token-classification" if spec.kind == "token" else "text-classification"}
+    if training_args.push_to_hub:
+        trainer.push_to_hub(**card_kwargs)
+    else:
+        trainer.create_model_card(**card_kwargs)
+    del trainer, model
     return result
 
 

@@ -22,7 +22,8 @@ setup(
         "scikit-learn>=1.3",
     ],
     extras_require={
-        "dev": ["pytest>=8", "ruff>=0.5"],
+        "dev": ["pytest>=8", "ruff>=0.5", "tensorboard>=2.14"],
+        "tensorboard": ["tensorboard>=2.14"],
         "plot": ["matplotlib>=3.7"],
     },
 )

@@ -21,8 +21,12 @@ class MultiEncoderDataCollator:
     padding: bool | str = True
     max_length: int | list[int] | None = None
     return_tensors: str = "pt"
+    # Columns a Trainer may keep for itself that are no model input: `length` feeds the length-grouped sampler.
+    ignore_keys: tuple[str, ...] = ("length",)
 
     def __call__(self, features: list[dict]) -> dict:
+        if self.ignore_keys and features and any(k in features[0] for k in self.ignore_keys):
+            features = [{k: v for k, v in f.items() if k not in self.ignore_keys} for f in features]
         batch = self.tokenizer.pad(features, padding=self.padding, max_length=self.max_length,
                                    pad_to_multiple_of=self.pad_to_multiple_of, return_tensors=self.return_tensors)
         return dict(batch)

@@ -512,3 +512,29 @@ def test_checkpoints_carry_the_code_and_resume_in_a_fresh_process(run, tmp_path)
     resumed = load_safetensors(Path(result["last"], "model.safetensors").read_bytes())
     for name, value in run["model"].state_dict().items():  # the same weights as the uninterrupted run
         torch.testing.assert_close(resumed[name], value, atol=1e-4, rtol=1e-3, msg=f"{name} differs after resuming")
+
+
+def test_run_glue_multi_push_to_hub(hub, run, tmp_path):
+    """`--push_to_hub` in the script: one commit with the model, tokenizer, code and card, then the pinned card."""
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import run_glue_multi
+
+    data = tmp_path / "train.csv"
+    data.write_text("sentence,label\n" + "".join(f"{s},1\n" for s in POS) + "".join(f"{s},0\n" for s in NEG))
+    start = len(hub.commits)
+    run_glue_multi.main([
+        "--encoders", *MEMBERS[:2], "--encoder_names", *NAMES[:2], "--train_file", str(data), "--validation_file",
+        str(data), "--output_dir", str(tmp_path / "out"), "--do_train", "--do_eval", "--num_train_epochs", "1",
+        "--per_device_train_batch_size", "8", "--report_to", "none", "--use_cpu", "true", "--disable_tqdm", "true",
+        "--save_strategy", "no", "--push_to_hub", "true", "--hub_model_id", "tiny-user/script-run"])
+    # trainer.save_model() pushes too ("Model save", as with the stock Trainer); the final push comes last
+    *_, main, pin = hub.new_commits(start)
+    assert main.message == "End of training"
+    assert {"config.json", "model.safetensors", "tokenizer_config.json", "README.md", "all_results.json",
+            "fusion_weights.json"} | MODEL_CODE | TOKENIZER_CODE <= set(main.files)
+    card = ModelCard(pin.files["README.md"].decode())
+    produced = json.loads((tmp_path / "out" / "eval_results.json").read_text())
+    assert {(r.metric_type, r.metric_value) for r in card.data.eval_results} == {
+        ("accuracy", produced["eval_accuracy"])}
+    assert card.data.base_model == MEMBERS[:2] and f'revision = "{main.oid}"' in card.text
+    assert "He can will go" in card.text  # the fusion weights of the example sentences

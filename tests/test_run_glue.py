@@ -33,6 +33,12 @@ def test_config_file_with_command_line_overrides(tmp_path):
     assert model_args.encoder_learning_rates == [5e-5, 6e-5]
     assert training_args.learning_rate == 3e-5 and training_args.num_train_epochs == 4
     assert data_args.task_name == "cola"
+    # load_best_model_at_end alone makes TrainingArguments rank checkpoints by loss: the script ranks by the task's
+    # metric unless one is given
+    assert training_args.metric_for_best_model is None
+    given = run_glue_multi.parse_args([str(path), "--load_best_model_at_end", "true", "--eval_strategy", "epoch",
+                                       "--save_strategy", "epoch", "--metric_for_best_model", "loss"])[2]
+    assert given.metric_for_best_model == "loss" and given.greater_is_better is False
     json_path = tmp_path / "c.json"
     json_path.write_text(json.dumps(config))
     assert run_glue_multi.parse_args([str(json_path)])[0].fusion == "cdme"
