@@ -24,8 +24,6 @@ import numpy as np
 import torch
 import transformers
 import yaml
-from hf_multiencoder.data import TASKS, TaskSpec, load_conll_files, load_files, load_task, resolve_data_dir
-from hf_multiencoder.metrics import build_compute_metrics, build_ner_compute_metrics
 from transformers import EarlyStoppingCallback, HfArgumentParser, TrainingArguments, set_seed
 from transformers.trainer_utils import get_last_checkpoint
 
@@ -35,7 +33,9 @@ from hf_multiencoder import (
     MultiEncoderForTokenClassification,
     MultiEncoderTokenizer,
 )
+from hf_multiencoder.data import TASKS, TaskSpec, load_conll_files, load_files, load_task, resolve_data_dir
 from hf_multiencoder.hub import MultiEncoderTrainer
+from hf_multiencoder.metrics import build_compute_metrics, build_ner_compute_metrics
 from hf_multiencoder.model_card import MultiEncoderModelCardData
 from hf_multiencoder.optimization import create_multiencoder_optimizer, freeze_encoders
 

@@ -88,7 +88,8 @@ class DMEFusion(_ProjectedFusion):
     def __init__(self, input_sizes, fusion_dim=None, fusion_gating="softmax", **kwargs):
         super().__init__(input_sizes, fusion_dim)
         self.gating = fusion_gating
-        # A bias shared by every member cancels in a softmax (its gradient is exactly zero): only sigmoid gates get one.
+        # A bias shared by every member cancels in a softmax (its gradient is exactly zero): only sigmoid gates
+        # get one.
         self.scorer = nn.Linear(self.output_size, 1, bias=fusion_gating != "softmax")
 
     def forward(self, embeddings, contexts=None, member_mask=None):

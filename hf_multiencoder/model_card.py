@@ -91,7 +91,8 @@ the fused vector.
 - **Number of Labels:** {{ num_labels }}{% if labels %} ({{ labels | join(", ") }}){% endif %}
 {% endif -%}
 {% if dataset_id -%}
-- **Training Dataset:** [{{ dataset_name if dataset_name else dataset_id }}](https://huggingface.co/datasets/{{ dataset_id }})
+- **Training Dataset:** [{{ dataset_name if dataset_name else dataset_id }}]\
+(https://huggingface.co/datasets/{{ dataset_id }})
 {% endif -%}
 {% if language -%}
 - **Language:** {{ language if language is string else language | join(", ") }}
@@ -208,7 +209,8 @@ def _versions() -> dict[str, str]:
 
     versions = {"Python": platform.python_version(), "hf_multiencoder": __version__,
                 "Transformers": transformers.__version__, "PyTorch": torch.__version__}
-    for label, module in (("Datasets", "datasets"), ("Tokenizers", "tokenizers"), ("huggingface_hub", "huggingface_hub")):
+    for label, module in (("Datasets", "datasets"), ("Tokenizers", "tokenizers"),
+                          ("huggingface_hub", "huggingface_hub")):
         try:
             versions[label] = __import__(module).__version__
         except ImportError:
@@ -590,7 +592,8 @@ class MultiEncoderModelCardData(CardData):
 
 def generate_model_card(card_data: MultiEncoderModelCardData, fusion_weights_plot: str | None = None) -> str:
     """Render the card (YAML header + Markdown). ``fusion_weights_plot`` is the plot's file name, if there is one."""
-    card = ModelCard.from_template(card_data, template_str=MODEL_CARD_TEMPLATE, fusion_weights_plot=fusion_weights_plot,
+    card = ModelCard.from_template(card_data, template_str=MODEL_CARD_TEMPLATE,
+                                   fusion_weights_plot=fusion_weights_plot,
                                    hf_emoji="🤗")
     return card.content
 

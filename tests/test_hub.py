@@ -21,15 +21,18 @@ import pytest
 import torch
 import transformers
 from datasets import Dataset
-from huggingface_hub import CommitInfo, HfApi, ModelCard, constants
-from huggingface_hub import _upload_pipeline
+from huggingface_hub import CommitInfo, HfApi, ModelCard, _upload_pipeline, constants
 from huggingface_hub.hf_api import RepoUrl
 from huggingface_hub.utils._runtime import is_xet_available
 from safetensors.torch import load as load_safetensors
 from transformers import TrainingArguments
 
-from hf_multiencoder import MultiEncoderDataCollator, MultiEncoderForSequenceClassification, MultiEncoderTokenizer
-from hf_multiencoder import optimization
+from hf_multiencoder import (
+    MultiEncoderDataCollator,
+    MultiEncoderForSequenceClassification,
+    MultiEncoderTokenizer,
+    optimization,
+)
 from hf_multiencoder.hub import MultiEncoderTrainer, push_multiencoder_to_hub
 from hf_multiencoder.model_card import (
     FUSION_WEIGHTS_PLOT,
@@ -226,7 +229,7 @@ def python_blocks(text: str) -> list[str]:
     return re.findall(r"```python\n(.*?)```", text, flags=re.S)
 
 
-# ---- pushing ---------------------------------------------------------------------------------------------------------
+# ---- pushing -------------------------------------------------------------------------------------------------------
 def test_trainer_push_uploads_everything_a_user_needs(hub, run):
     main, pin = run["commits"]
     assert hub.created[-1] == REPO_ID
@@ -235,7 +238,8 @@ def test_trainer_push_uploads_everything_a_user_needs(hub, run):
                     for f in os.listdir(run["out"] / f"tokenizer_{i}")}
     assert {"tokenizer_0/tokenizer_config.json", "tokenizer_1/tokenizer.json"} <= member_files
     assert set(main.files) == MODEL_CODE | TOKENIZER_CODE | member_files | {
-        "config.json", "model.safetensors", "tokenizer_config.json", "training_args.bin", "eval_results.json", "all_results.json",
+        "config.json", "model.safetensors", "tokenizer_config.json", "training_args.bin", "eval_results.json",
+        "all_results.json",
         "README.md", FUSION_WEIGHTS_PLOT}  # no checkpoint-*/ folders
     config = json.loads(main.files["config.json"])
     assert config["auto_map"] == {
@@ -485,7 +489,8 @@ def test_checkpoints_carry_the_code_and_resume_in_a_fresh_process(run, tmp_path)
         with torch.no_grad():
             out["logits"] = model.eval()(**tokenizer({TEXTS!r}, padding=True, return_tensors="pt")).logits.tolist()
         encoded = tokenizer({(POS + NEG) * 4!r}, truncation=True, max_length=32)
-        train = [{{**{{k: v[b] for k, v in encoded.items()}}, "label": y}} for b, y in enumerate({([1] * 4 + [0] * 4) * 4!r})]
+        labels = {([1] * 4 + [0] * 4) * 4!r}
+        train = [{{**{{k: v[b] for k, v in encoded.items()}}, "label": y}} for b, y in enumerate(labels)]
         args = TrainingArguments(output_dir={str(out)!r}, per_device_train_batch_size=8, learning_rate=1e-3,
                                  num_train_epochs=2, logging_steps=1, report_to=[], seed=0, use_cpu=True,
                                  save_strategy="epoch")

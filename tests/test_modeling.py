@@ -101,7 +101,8 @@ def test_pooling_values(tiny_paths, tokenizer):
     torch.testing.assert_close(out.member_embeddings[2][1], expected)
 
 
-@pytest.mark.parametrize("fusion,gating", [(f, "softmax") for f in FUSIONS] + [("dme", "sigmoid"), ("cdme", "sigmoid")])
+@pytest.mark.parametrize("fusion,gating",
+                         [(f, "softmax") for f in FUSIONS] + [("dme", "sigmoid"), ("cdme", "sigmoid")])
 def test_gradients_reach_every_trainable_parameter(tiny_paths, batch, fusion, gating):
     model = build(tiny_paths, fusion=fusion, pooling="last4" if fusion == "cdme" else "mean",
                   fusion_layer_norm=True, fusion_gating=gating).train()
