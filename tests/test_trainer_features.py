@@ -48,8 +48,8 @@ def test_accumulation_bf16_best_checkpoint_and_tensorboard(tiny_paths, csv_files
     out = tmp_path / "run"
     run_glue_multi.main(args_for(tiny_paths, csv_files, out, "--num_train_epochs", "3",
                                  "--gradient_accumulation_steps", "2", "--bf16", "true", "--eval_strategy", "epoch",
-                                 "--save_strategy", "epoch", "--save_total_limit", "1", "--load_best_model_at_end", "true",
-                                 "--report_to", "tensorboard"))
+                                 "--save_strategy", "epoch", "--save_total_limit", "1",
+                                 "--load_best_model_at_end", "true", "--report_to", "tensorboard"))
     s = state(out)
     # 40 examples, batches of 8, 2 batches per optimizer step -> 3 steps per epoch (the last one has one batch)
     assert s["global_step"] == 9 and s["max_steps"] == 9
