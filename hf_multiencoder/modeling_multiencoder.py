@@ -142,6 +142,25 @@ def pool_words(method: str, states: torch.Tensor, word_ids: torch.Tensor, num_wo
     return words, present
 
 
+def _is_example_major(value) -> bool:
+    """``pipeline(..., batch_size>1)`` collates our per-example inputs as a list with, per example, the list of its
+    members' ``(1, seq_i)`` tensors (its padding collator pads plain tensors only)."""
+    return isinstance(value, (list, tuple)) and len(value) > 0 and isinstance(value[0], (list, tuple))
+
+
+def _member_major(value, n: int, key: str, pad_values: list[int]) -> list[torch.Tensor]:
+    """Example-major per-member tensors to one right-padded ``(batch, max seq_i)`` tensor per member."""
+    for b, example in enumerate(value):
+        if len(example) != n:
+            raise ValueError(f"`{key}` of example {b} has inputs for {len(example)} member encoders but the model "
+                             f"has {n}.")
+    return [
+        nn.utils.rnn.pad_sequence([example[i].reshape(-1) for example in value], batch_first=True,
+                                  padding_value=pad_values[i])  # (batch, max seq_i)
+        for i in range(n)
+    ]
+
+
 def _as_list(value, n: int, key: str) -> list:
     if value is None:
         return [None] * n
@@ -291,6 +310,15 @@ class MultiEncoderModel(MultiEncoderPreTrainedModel):
         n = self.config.num_encoders
         if input_ids is None:
             raise ValueError("`input_ids` is required: a list with one (batch, seq) tensor per member encoder.")
+        if _is_example_major(input_ids):  # batched pipeline: pad each member's inputs here, on the device
+            pad_ids = [c.get("pad_token_id") or 0 for c in self.config.encoders]
+            input_ids = _member_major(input_ids, n, "input_ids", pad_ids)
+            attention_mask = None if attention_mask is None else _member_major(attention_mask, n, "attention_mask",
+                                                                                 [0] * n)
+            if _is_example_major(token_type_ids):
+                token_type_ids = _member_major(token_type_ids, n, "token_type_ids", [0] * n)
+            if _is_example_major(word_ids):
+                word_ids = _member_major(word_ids, n, "word_ids", [-1] * n)
         input_ids = _as_list(input_ids, n, "input_ids")
         attention_mask = _as_list(attention_mask, n, "attention_mask")
         token_type_ids = _as_list(token_type_ids, n, "token_type_ids")

@@ -58,10 +58,19 @@ def test_auto_classes_and_pipeline_in_process(saved):
     assert isinstance(tokenizer, MultiEncoderTokenizer)
     batch = tokenizer(["He can will go", "the cat sat"], padding=True, return_tensors="pt")
     torch.testing.assert_close(model(**batch).logits, logits, atol=1e-5, rtol=0)
-    result = pipeline("text-classification", model=folder)("He can will go")
+    classifier = pipeline("text-classification", model=folder)
+    result = classifier("He can will go")
     assert result[0]["label"] in {"unacceptable", "acceptable"}
     expected = "acceptable" if logits[0].argmax() == 1 else "unacceptable"
     assert result[0]["label"] == expected
+    # batched: each member is padded to its own longest sequence; the same scores as one at a time
+    texts = ["He can will go", "the cat sat", "somebody just left the new york cat quickly", "a dog"]
+    one_by_one = [classifier(t, top_k=None) for t in texts]
+    batched = classifier(texts, batch_size=3, top_k=None)
+    for single, many in zip(one_by_one, batched):
+        assert [r["label"] for r in single] == [r["label"] for r in many]
+        torch.testing.assert_close(torch.tensor([r["score"] for r in many]),
+                                   torch.tensor([r["score"] for r in single]), atol=1e-5, rtol=0)
 
 
 def test_trust_remote_code_without_the_package(saved, tmp_path):
@@ -83,7 +92,8 @@ def test_trust_remote_code_without_the_package(saved, tmp_path):
         b = t(["He can will go", "the cat sat"], padding=True, return_tensors="pt")
         with torch.no_grad():
             logits = m(**b).logits.tolist()
-        p = pipeline("text-classification", model={folder!r}, trust_remote_code=True)("He can will go")
+        p = pipeline("text-classification", model={folder!r}, trust_remote_code=True)(["He can will go", "a"],
+                                                                                     batch_size=2)
         print(json.dumps({{"importable": False, "model": type(m).__module__, "tokenizer": type(t).__name__,
                           "logits": logits, "pipeline": p}}))
     """)
@@ -97,4 +107,6 @@ def test_trust_remote_code_without_the_package(saved, tmp_path):
     assert result["model"].startswith("transformers_modules.")
     assert result["tokenizer"] == "MultiEncoderTokenizer"
     torch.testing.assert_close(torch.tensor(result["logits"]), logits, atol=1e-5, rtol=0)
-    assert result["pipeline"][0]["label"] in {"unacceptable", "acceptable"}
+    assert [r["label"] for r in result["pipeline"]] == [
+        "acceptable" if row.argmax() == 1 else "unacceptable" for row in logits[:1]] + [result["pipeline"][1]["label"]]
+    assert result["pipeline"][1]["label"] in {"unacceptable", "acceptable"}
