@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Per-step overhead of the multi-encoder's forward/backward, against the same member run as a plain HF model.
 
-Times, on one fixed batch of real sentences (median of ``--repeats``):
+Times, on one fixed batch of real sentences (median of ``--repeats``, the contestants interleaved step by step):
 
 * ``plain``: ``AutoModelForSequenceClassification`` of the member;
 * ``plugin``: ``MultiEncoderForSequenceClassification`` with that one member;
@@ -41,17 +41,22 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def median_ms(fn, repeats, device, warmup=3):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        sync(device)
-        start = time.perf_counter()
-        fn()
-        sync(device)
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
+def interleaved_median_ms(fns: dict, repeats, device, warmup=2) -> dict:
+    """Median milliseconds of each function, run in turn (the order reversed every round), so that a drift of the
+    machine's speed during the measurement (a busy neighbour, clocks) hits every contestant alike."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times = {name: [] for name in fns}
+    names = list(fns)
+    for r in range(repeats):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            sync(device)
+            start = time.perf_counter()
+            fns[name]()
+            sync(device)
+            times[name].append((time.perf_counter() - start) * 1000)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def train_step(model, batch):
@@ -100,16 +105,17 @@ def main():
             torch.nn.functional.cross_entropy(head(pooled), labels).backward()
 
         with torch.no_grad():
-            fwd = {
-                "plain_forward_ms": median_ms(lambda: plain(**plain_batch), args.repeats, args.device),
-                "plugin_forward_ms": median_ms(lambda: plugin(**mbatch), args.repeats, args.device),
-            }
+            fwd = interleaved_median_ms({"plain": lambda: plain(**plain_batch), "plugin": lambda: plugin(**mbatch)},
+                                        args.repeats, args.device)
+        steps = interleaved_median_ms({"plain": train_step(plain, plain_batch), "member_only": bare_step,
+                                       "plugin": train_step(plugin, mbatch)}, args.repeats, args.device)
         row = {
             "tokens": int(plain_batch["attention_mask"].sum()), "padded_shape": list(plain_batch["input_ids"].shape),
-            "plain_train_step_ms": median_ms(train_step(plain, plain_batch), args.repeats, args.device),
-            "member_only_train_step_ms": median_ms(bare_step, args.repeats, args.device),
-            "plugin_train_step_ms": median_ms(train_step(plugin, mbatch), args.repeats, args.device),
-            **fwd,
+            "plain_train_step_ms": steps["plain"],
+            "member_only_train_step_ms": steps["member_only"],
+            "plugin_train_step_ms": steps["plugin"],
+            "plain_forward_ms": fwd["plain"],
+            "plugin_forward_ms": fwd["plugin"],
         }
         row["plugin_step_over_plain_step"] = row["plugin_train_step_ms"] / row["plain_train_step_ms"]  # >1: slower
         report["per_member"][os.path.basename(member)] = row
