@@ -328,20 +328,9 @@ def training_arguments(args: BenchmarkArguments, output_dir: str, multi: bool, m
             kwargs["group_by_length"] = True
         # The Trainer drops columns the model's forward does not name (`length` among them) before it builds the
         # sampler; the sampler then measures len(example["input_ids"]), which for a multi-encoder is the number of
-        # members. Keep the columns (our collator drops `length`) so the sampler reads the real lengths.
+        # members. Keep the columns (MultiEncoderDataCollator drops `length`) so the sampler reads the real lengths.
         kwargs["remove_unused_columns"] = not multi
     return TrainingArguments(**kwargs)
-
-
-@dataclass
-class DropKeys:
-    """Wraps a collator and drops keys (e.g. `length`) from the examples first."""
-
-    collator: object
-    keys: tuple = ("length",)
-
-    def __call__(self, features):
-        return self.collator([{k: v for k, v in f.items() if k not in self.keys} for f in features])
 
 
 def time_collator(collator, ds: datasets.Dataset, batch_size: int, n_batches: int = 8) -> float:
@@ -369,8 +358,6 @@ def train_and_time(args, entry: Entry, model, tokenizer, train_ds, collator, wor
     timer = StepTimer(args.warmup, args.steps, args.device)
     targs = training_arguments(args, os.path.join(workdir, entry.name.replace("/", "_")), multi,
                                args.warmup + args.steps)
-    if args.group_by_length and multi:
-        collator = DropKeys(collator)
     trainer = Trainer(model=model, args=targs, train_dataset=train_ds, processing_class=tokenizer,
                       data_collator=collator, callbacks=[timer])
     trainer.remove_callback(PrinterCallback)  # keep the console to our own lines
@@ -395,7 +382,7 @@ def train_and_time(args, entry: Entry, model, tokenizer, train_ds, collator, wor
 
 
 def evaluate_and_time(args, entry: Entry, trainer: Trainer, eval_ds, collator) -> None:
-    trainer.data_collator = DropKeys(collator) if entry.kind != "plain" else collator
+    trainer.data_collator = collator  # the multi-encoder collators leave the `length` column out themselves
     warm = eval_ds.select(range(min(len(eval_ds), args.batch_size)))
     trainer.evaluate(eval_dataset=warm)  # warm-up (allocator, kernels, compile)
     with PeakMemory(args.device) as mem:
