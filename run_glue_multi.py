@@ -160,7 +160,7 @@ def parse_args(argv: list[str] | None = None):
             raise ValueError(f"Unknown argument(s) in {path}: {', '.join(unknown)}.")
         argv = config_to_argv(config) + argv
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
-    if "--metric_for_best_model" not in argv:
+    if not any(a == "--metric_for_best_model" or a.startswith("--metric_for_best_model=") for a in argv):
         # TrainingArguments picks "loss" whenever load_best_model_at_end is set; unless asked otherwise, the best
         # checkpoint is the task's (main() sets it once the task is known: MCC for CoLA, Spearman for STS-B, ...).
         training_args.metric_for_best_model = None

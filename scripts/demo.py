@@ -1,7 +1,7 @@
 """`make demo`: tune two real pretrained encoders together on real CoLA, compare with each alone, show the fusion
 weights, and load the saved model back with the Auto classes.
 
-    python scripts/demo.py [--config configs/demo.yaml] [--budget_s 480]
+    python scripts/demo.py [--config configs/demo.yaml] [--budget_s 400]
 
 The single-member baselines run only while the time budget allows (the fused run's time predicts theirs).
 """

@@ -39,6 +39,9 @@ def test_config_file_with_command_line_overrides(tmp_path):
     given = run_glue_multi.parse_args([str(path), "--load_best_model_at_end", "true", "--eval_strategy", "epoch",
                                        "--save_strategy", "epoch", "--metric_for_best_model", "loss"])[2]
     assert given.metric_for_best_model == "loss" and given.greater_is_better is False
+    given = run_glue_multi.parse_args([str(path), "--load_best_model_at_end", "true", "--eval_strategy", "epoch",
+                                       "--save_strategy", "epoch", "--metric_for_best_model=loss"])[2]
+    assert given.metric_for_best_model == "loss"
     json_path = tmp_path / "c.json"
     json_path.write_text(json.dumps(config))
     assert run_glue_multi.parse_args([str(json_path)])[0].fusion == "cdme"
