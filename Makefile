@@ -6,7 +6,7 @@ PIP    := $(PY) -m pip
 HF_HOME ?= $(CURDIR)/.hf_home
 export HF_HOME
 
-.PHONY: install test demo encoders quality benchmark clean
+.PHONY: install test test-fast demo encoders quality benchmark clean
 
 $(VENV)/.installed: setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,8 +18,14 @@ $(VENV)/.installed: setup.py pyproject.toml
 
 install: $(VENV)/.installed
 
+TEST_ENV := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+
 test: install
-	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) -m pytest -q -ra
+	$(TEST_ENV) $(PY) -m pytest -q -ra
+
+# the inner loop: everything but the tests marked slow (subprocesses, compiles, end-to-end scripts)
+test-fast: install
+	$(TEST_ENV) $(PY) -m pytest -q -ra -m "not slow"
 
 encoders: install
 	$(PY) scripts/install_encoders.py --python $(PY)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -32,12 +31,16 @@ from hf_multiencoder import (
     MultiEncoderForSequenceClassification,
     MultiEncoderForTokenClassification,
     MultiEncoderTokenizer,
+    MultiEncoderTrainer,
+    create_multiencoder_optimizer,
+    freeze_encoders,
 )
-from hf_multiencoder.data import TASKS, TaskSpec, load_conll_files, load_files, load_task, resolve_data_dir
-from hf_multiencoder.hub import MultiEncoderTrainer
-from hf_multiencoder.metrics import build_compute_metrics, build_ner_compute_metrics
+from hf_multiencoder.data import load_task, tokenize_task
+from hf_multiencoder.metrics import build_compute_metrics, fusion_weights_from_metrics
 from hf_multiencoder.model_card import MultiEncoderModelCardData
-from hf_multiencoder.optimization import create_multiencoder_optimizer, freeze_encoders
+from hf_multiencoder.modeling_multiencoder import word_tags
+from hf_multiencoder.results import format_summary, mean_by_key, summarize
+from hf_multiencoder.tasks import TASKS, TaskSpec
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +105,10 @@ class DataTrainingArguments:
     validation_file: str | None = field(default=None, metadata={"help": "Validation file, same format."})
     test_file: str | None = field(default=None, metadata={"help": "Test file, same format."})
     label_column_name: str = field(default="label", metadata={"help": "Label column of your own files."})
+    text_column_names: list[str] | None = field(
+        default=None, metadata={"help": "Text column(s) of your own files: one, or two for a sentence pair (default: "
+                                        "sentence1/sentence2, else the first two non-label columns)."}
+    )
     max_seq_length: int = field(default=128, metadata={"help": "Maximum subword length, per member."})
     pad_to_max_length: bool = field(default=False, metadata={"help": "Pad to max_seq_length (else per batch)."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Truncate the training set."})
@@ -123,6 +130,7 @@ class DataTrainingArguments:
             self.task_name = self.task_name.lower()
             if self.task_name not in TASKS:
                 raise ValueError(f"Unknown task {self.task_name!r}; known tasks: {', '.join(TASKS)}.")
+            self.task_name = TASKS[self.task_name].name
         if self.task_type not in (None, "sequence", "token"):
             raise ValueError(f"`task_type` must be 'sequence' or 'token', got {self.task_type!r}.")
 
@@ -170,44 +178,21 @@ def parse_args(argv: list[str] | None = None):
 
 # ---- data ----------------------------------------------------------------------------------------------------------
 def load_data(data_args: DataTrainingArguments) -> tuple[datasets.DatasetDict, TaskSpec]:
-    if data_args.task_name is not None:
-        spec = TASKS[data_args.task_name]
-        raw = load_task(data_args.task_name, data_dir=resolve_data_dir(data_args.data_dir),
-                        from_hub=data_args.from_hub)
-        return raw, spec
-    if data_args.task_type == "token":
-        raw, label_list = load_conll_files(data_args.train_file, data_args.validation_file, data_args.test_file)
-        spec = TaskSpec(name="custom_ner", kind="token", text_keys=("tokens",), label_list=label_list,
-                        is_regression=False, main_metric="overall_f1", validation_splits=("validation",), hub=None)
-        return raw, spec
-    return load_files(data_args.train_file, data_args.validation_file, data_args.test_file,
-                      label_column=data_args.label_column_name)
+    return load_task(data_args.task_name, data_dir=data_args.data_dir, from_hub=data_args.from_hub,
+                     train_file=data_args.train_file, validation_file=data_args.validation_file,
+                     test_file=data_args.test_file, task_type=data_args.task_type,
+                     label_column=data_args.label_column_name, text_columns=data_args.text_column_names)
 
 
 def tokenize_dataset(raw, spec: TaskSpec, tokenizer, data_args, training_args):
-    padding = "max_length" if data_args.pad_to_max_length else False
-
-    def preprocess(examples):
-        if spec.kind == "token":
-            enc = tokenizer(examples["tokens"], is_split_into_words=True, truncation=True,
-                            max_length=data_args.max_seq_length, padding=padding)
-            enc["labels"] = examples["ner_tags"]
-        else:
-            pairs = examples["sentence2"] if len(spec.text_keys) > 1 else None
-            enc = tokenizer(examples["sentence1"], text_pair=pairs, truncation=True,
-                            max_length=data_args.max_seq_length, padding=padding)
-            enc["label"] = examples["label"]
-        enc["length"] = [max(len(ids) for ids in member_ids) for member_ids in enc["input_ids"]]
-        return dict(enc)
-
     limits = {"train": data_args.max_train_samples, "test": data_args.max_predict_samples}
     raw = datasets.DatasetDict({
         split: select(ds, limits.get(split, data_args.max_eval_samples)) for split, ds in raw.items()
         if (split != "train" or training_args.do_train) and (split != "test" or training_args.do_predict)
     })
     with training_args.main_process_first(desc="dataset map pre-processing"):
-        return raw.map(preprocess, batched=True, remove_columns=raw[next(iter(raw))].column_names,
-                       desc="Tokenizing for every member")
+        return tokenize_task(raw, spec, tokenizer, max_length=data_args.max_seq_length,
+                             padding="max_length" if data_args.pad_to_max_length else False)
 
 
 def select(ds, n):
@@ -215,9 +200,9 @@ def select(ds, n):
 
 
 # ---- model ----------------------------------------------------------------------------------------------------
-def build_model(model_args: ModelArguments, spec: TaskSpec, num_labels: int):
+def build_model(model_args: ModelArguments, spec: TaskSpec):
     model_cls = MultiEncoderForTokenClassification if spec.kind == "token" else MultiEncoderForSequenceClassification
-    label_kwargs = {"num_labels": num_labels}
+    label_kwargs = {"num_labels": spec.num_labels}
     if spec.label_list:
         label_kwargs["id2label"] = dict(enumerate(spec.label_list))
         label_kwargs["label2id"] = {label: i for i, label in enumerate(spec.label_list)}
@@ -250,45 +235,19 @@ def build_tokenizer(model_args: ModelArguments):
                                                **({"cache_dir": model_args.cache_dir} if model_args.cache_dir else {}))
 
 
-# ---- metrics with fusion weights ---------------------------------------------------------------------------------
-def with_fusion_weights(compute, spec: TaskSpec, num_encoders: int):
-    """Wrap a task's compute_metrics: also report each member's mean fusion weight over the evaluated set."""
-
-    def compute_metrics(p):
-        preds = p.predictions if isinstance(p.predictions, tuple) else (p.predictions,)
-        weights = next((x for x in preds[1:] if x.ndim == preds[0].ndim and x.shape[-1] == num_encoders), None)
-        word_mask = next((x for x in preds[1:] if spec.kind == "token" and x.ndim == 2), None)
-        logits = preds[0]
-        if word_mask is not None:  # words no member saw (all cut off) are predicted "O" (label id 0)
-            logits = logits.copy()
-            unseen = (word_mask == 0) & (np.asarray(p.label_ids) != -100)
-            logits[unseen] = -1e4
-            logits[unseen, 0] = 0.0
-        metrics = compute(transformers.EvalPrediction(predictions=logits, label_ids=p.label_ids))
-        if weights is not None:
-            w = np.asarray(weights, dtype=np.float64)
-            if spec.kind == "token":
-                keep = np.asarray(p.label_ids) != -100
-                w = w[keep]
-            for i in range(num_encoders):
-                metrics[f"fusion_weight_{i}"] = float(w[..., i].mean())
-        return metrics
-
-    return compute_metrics
-
-
+# ---- fusion weights ----------------------------------------------------------------------------------------------
 def epoch_scores(log_history: list[dict], key: str) -> list[float]:
     return [entry[key] for entry in log_history if key in entry and "epoch" in entry]
 
 
 def fusion_report(model, tokenizer, spec: TaskSpec, eval_metrics: dict, examples: list, output_dir: str,
                   max_length: int = 128) -> dict:
-    """Mean fusion weight of each member on the dev set, and the weights of a few example sentences."""
-    names = model.config.encoder_names
-    report = {"members": names, "mean_fusion_weights": None, "examples": []}
-    if all(f"eval_fusion_weight_{i}" in eval_metrics for i in range(len(names))):
-        report["mean_fusion_weights"] = {n: eval_metrics[f"eval_fusion_weight_{i}"] for i, n in enumerate(names)}
-    if spec.kind != "token" and len(spec.text_keys) == 1 and examples and report["mean_fusion_weights"] is not None:
+    """Mean fusion weight of each member on the dev set (from the evaluation's metrics), and the weights of a few
+    example sentences; written to `fusion_weights.json`."""
+    names = list(model.config.encoder_names)
+    report = {"members": names, "mean_fusion_weights": fusion_weights_from_metrics(eval_metrics, names),
+              "examples": []}
+    if spec.kind != "token" and not spec.is_pair and examples and report["mean_fusion_weights"] is not None:
         result = model.predict_with_fusion_weights(tokenizer, examples, max_length=max_length)
         report["examples"] = [
             {"sentence": s, "prediction": p, "fusion_weights": w}
@@ -311,21 +270,13 @@ def format_fusion_report(report: dict) -> str:
 
 
 # ---- model card ---------------------------------------------------------------------------------------------------
-DATASET_NAMES = {"cola": "GLUE CoLA", "sst2": "GLUE SST-2", "mrpc": "GLUE MRPC", "stsb": "GLUE STS-B",
-                 "qqp": "GLUE QQP", "mnli": "GLUE MNLI", "qnli": "GLUE QNLI", "rte": "GLUE RTE", "wnli": "GLUE WNLI",
-                 "trec": "TREC (coarse)", "trec_fine": "TREC (fine)", "sick_relatedness": "SICK (relatedness)",
-                 "sick_entailment": "SICK (entailment)", "conll2003": "CoNLL-2003", "wnut17": "WNUT-17"}
-
-
 def card_data_for(spec: TaskSpec, data_args) -> MultiEncoderModelCardData:
     """What the model card says about the data (the callback adds the members, rates and results)."""
-    hub = spec.hub or ()
     return MultiEncoderModelCardData(
-        language="en" if spec.name in DATASET_NAMES else None,
-        dataset_id=hub[0] if hub else None,
-        dataset_config=hub[1] if len(hub) > 1 else None,
-        dataset_name=DATASET_NAMES.get(spec.name) or (os.path.basename(data_args.train_file)
-                                                      if data_args.train_file else None),
+        language=spec.language,
+        dataset_id=spec.hub_id,
+        dataset_config=spec.hub_config,
+        dataset_name=spec.display_name,
     )
 
 
@@ -353,7 +304,6 @@ def build_trainer(model_args, data_args, training_args, spec, tokenizer, tokeniz
     main_eval = tokenized[eval_splits[0]] if eval_splits else None
     if training_args.do_eval and main_eval is None:
         raise ValueError(f"--do_eval needs a validation split; the data has {list(tokenized)}.")
-    compute = build_ner_compute_metrics(spec.label_list) if spec.kind == "token" else build_compute_metrics(spec)
     callbacks = []
     if data_args.early_stopping_patience:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=data_args.early_stopping_patience))
@@ -364,7 +314,7 @@ def build_trainer(model_args, data_args, training_args, spec, tokenizer, tokeniz
         eval_dataset=main_eval,
         processing_class=tokenizer,
         data_collator=MultiEncoderDataCollator(tokenizer, pad_to_multiple_of=8 if training_args.bf16 else None),
-        compute_metrics=with_fusion_weights(compute, spec, model.config.num_encoders),
+        compute_metrics=build_compute_metrics(spec, model.config.encoder_names),
         optimizers=(optimizer, None),
         callbacks=callbacks,
         model_card_data=card_data_for(spec, data_args),
@@ -373,8 +323,7 @@ def build_trainer(model_args, data_args, training_args, spec, tokenizer, tokeniz
 
 def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokenized) -> dict:
     set_seed(training_args.seed)
-    num_labels = 1 if spec.is_regression else len(spec.label_list)
-    model = build_model(model_args, spec, num_labels)
+    model = build_model(model_args, spec)
     tokenizer.check_model(model)
     if model_args.freeze_encoders:
         frozen = freeze_encoders(model, model_args.freeze_encoders)
@@ -438,14 +387,18 @@ def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokeni
         path = os.path.join(training_args.output_dir, "predict_results.txt")
         with open(path, "w") as f:
             f.write("index\tprediction\n")
-            for i, row in enumerate(logits):
-                if spec.kind == "token":
-                    tags = [spec.label_list[j] for j in row.argmax(-1)]
+            if spec.kind == "token":  # one tag per word of each sentence (padding and cut-off words handled)
+                word_mask = predictions[-1]
+                lengths = np.array([len(mask) for mask in test["word_mask"]])
+                keep = np.arange(logits.shape[1])[None, :] < lengths[:, None]
+                for i, tags in enumerate(word_tags(logits, word_mask, keep, dict(enumerate(spec.label_list)))):
                     f.write(f"{i}\t{' '.join(tags)}\n")
-                elif spec.is_regression:
-                    f.write(f"{i}\t{float(np.squeeze(row)):.3f}\n")
-                else:
-                    f.write(f"{i}\t{spec.label_list[int(row.argmax())]}\n")
+            else:
+                for i, row in enumerate(logits):
+                    if spec.is_regression:
+                        f.write(f"{i}\t{float(np.squeeze(row)):.3f}\n")
+                    else:
+                        f.write(f"{i}\t{spec.label_list[int(row.argmax())]}\n")
     # As run_glue.py: a model card at the end (README.md + fusion-weight plot in output_dir), pushed if asked.
     card_kwargs = {"tasks": "token-classification" if spec.kind == "token" else "text-classification"}
     if training_args.push_to_hub:
@@ -456,28 +409,16 @@ def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokeni
     return result
 
 
-def summarize(results: list[dict], key: str) -> dict:
-    scores = [r[key] * 100 for r in results if key in r]
-    if not scores:
-        return {}
-    return {
-        "scores": scores,
-        "median": statistics.median(scores),
-        "mean": statistics.fmean(scores),
-        "std": statistics.stdev(scores) if len(scores) > 1 else 0.0,
-    }
-
-
 def write_results_table(results: list[dict], spec: TaskSpec, model_args, output_dir: str) -> dict:
     table = {
         "task": spec.name,
         "metric": spec.main_metric,
         "members": model_args.encoder_names or model_args.encoders or [model_args.model_name_or_path],
         "fusion": model_args.fusion,
-        "best_epoch": summarize(results, "best_epoch_score"),
-        "final_epoch": summarize(results, "final_epoch_score"),
-        "runs": [{k: v for k, v in r.items() if k != "fusion"} | {"fusion_weights": (r.get("fusion") or {}).get(
-            "mean_fusion_weights")} for r in results],
+        "best_epoch": summarize((r.get("best_epoch_score") for r in results), scale=100),
+        "final_epoch": summarize((r.get("final_epoch_score") for r in results), scale=100),
+        "mean_fusion_weights": mean_by_key((r.get("fusion") or {}).get("mean_fusion_weights") for r in results),
+        "runs": [r | {"fusion_weights": (r.get("fusion") or {}).get("mean_fusion_weights")} for r in results],
     }
     with open(os.path.join(output_dir, "results.json"), "w") as f:
         json.dump(table, f, indent=2)
@@ -487,9 +428,8 @@ def write_results_table(results: list[dict], spec: TaskSpec, model_args, output_
         lines.append(f"| {r['seed']} | {r.get('best_epoch_score', float('nan')) * 100:.2f} | "
                      f"{r.get('final_epoch_score', float('nan')) * 100:.2f} | {r['train_seconds']} |")
     for label, key in (("best epoch", "best_epoch"), ("final epoch", "final_epoch")):
-        s = table[key]
-        if s:
-            lines.append(f"\n{label}: median {s['median']:.2f}, mean {s['mean']:.2f}, std {s['std']:.2f}")
+        if table[key]:
+            lines.append(f"\n{label}: {format_summary(table[key])}")
     with open(os.path.join(output_dir, "results.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     return table
@@ -526,9 +466,7 @@ def main(argv: list[str] | None = None) -> dict:
     training_args.output_dir = base_output
     table = write_results_table(results, spec, model_args, base_output) if training_args.do_eval else {}
     if table.get("best_epoch"):
-        s = table["best_epoch"]
-        logger.info(f"{spec.name} {spec.main_metric} x100 over {len(seeds)} seed(s): median {s['median']:.2f}, "
-                    f"mean {s['mean']:.2f}, std {s['std']:.2f}")
+        logger.info(f"{spec.name} {spec.main_metric} x100, best epoch: {format_summary(table['best_epoch'])}")
     return table
 
 

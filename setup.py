@@ -7,6 +7,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     packages=find_packages(include=["hf_multiencoder", "hf_multiencoder.*"]),
+    package_data={"hf_multiencoder": ["model_card_template.md"]},
     python_requires=">=3.10",
     install_requires=[
         "torch>=2.4",
@@ -20,6 +21,7 @@ setup(
         "PyYAML>=6.0",
         "scipy>=1.10",
         "scikit-learn>=1.3",
+        "xxhash>=3.0",  # feature-cache fingerprints (also a dependency of datasets)
     ],
     extras_require={
         "dev": ["pytest>=8", "ruff>=0.5", "tensorboard>=2.14"],

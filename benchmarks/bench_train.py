@@ -24,10 +24,7 @@ Results go to ``--out`` (JSON) and the same name with ``.md`` (a table, also pri
 from __future__ import annotations
 
 import contextlib
-import csv
-import ctypes
 import dataclasses
-import gc
 import json
 import math
 import os
@@ -36,47 +33,42 @@ import random
 import re
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO_ROOT not in sys.path:  # run as a script from a checkout without `pip install -e .`
-    sys.path.insert(0, REPO_ROOT)
-
-import datasets  # noqa: E402
-import torch  # noqa: E402
-import transformers  # noqa: E402
-from transformers import (  # noqa: E402
+import datasets
+import torch
+import transformers
+from timing import PeakMemory, StepTimer, cleanup, synchronize, time_collator
+from transformers import (
     AutoModelForSequenceClassification,
     AutoTokenizer,
     DataCollatorWithPadding,
     HfArgumentParser,
     PrinterCallback,
     Trainer,
-    TrainerCallback,
     TrainingArguments,
     pipeline,
     set_seed,
 )
 
-import hf_multiencoder  # noqa: E402
-from hf_multiencoder import (  # noqa: E402
+import hf_multiencoder
+from hf_multiencoder import (
     MultiEncoderDataCollator,
     MultiEncoderForSequenceClassification,
     MultiEncoderTokenizer,
+    freeze_encoders,
+    get_task,
+    load_task,
+    tokenize_task,
 )
-from hf_multiencoder.feature_cache import CachedFeaturesCollator, add_member_features  # noqa: E402
-from hf_multiencoder.optimization import freeze_encoders  # noqa: E402
+from hf_multiencoder.data import local_path
+from hf_multiencoder.feature_cache import CachedFeaturesCollator, add_member_features
+from hf_multiencoder.testing_utils import build_tiny_encoders
 
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_MEMBERS = ["sentence-transformers/all-MiniLM-L6-v2", "sentence-transformers/all-mpnet-base-v2"]
-# task -> (folder under glue/, text columns, label list); CoLA has no header, the others do.
-TASKS = {
-    "cola": ("CoLA", ("sentence",), ["0", "1"]),
-    "sst2": ("SST-2", ("sentence",), ["0", "1"]),
-    "rte": ("RTE", ("sentence1", "sentence2"), ["entailment", "not_entailment"]),
-}
 SYNTHETIC_WORDS = ("the a cat dog sat on mat he she can will go went left somebody just new york john smith paris "
                    "is was in of and to it likes runs quickly").split()
 
@@ -87,11 +79,10 @@ class BenchmarkArguments:
                                metadata={"help": "Member checkpoints (names or folders AutoModel accepts)."})
     tiny: bool = field(default=False, metadata={"help": "Tiny random members (a smoke test in seconds)."})
     synthetic: bool = field(default=False, metadata={"help": "Generated sentences instead of --data_dir."})
-    task: str = field(default="cola", metadata={"help": f"One of {', '.join(TASKS)}."})
+    task: str = field(default="cola", metadata={"help": "A registered sentence-level task (cola, sst2, rte, ...)."})
     long: bool = field(default=False, metadata={"help": "Long inputs: RTE sentence pairs at max_seq_length 256."})
     data_dir: str | None = field(default=None, metadata={
-        "help": "Folder holding glue/<TASK>/{train,dev}.tsv (default $HF_MULTIENCODER_DATA, ../shared/data or "
-                "shared/data next to the repository)."})
+        "help": "The data folder (default $HF_MULTIENCODER_DATA, else ../shared/data next to the repository)."})
     device: str | None = field(default=None, metadata={"help": "cpu or cuda (default: cuda when available)."})
     bf16: bool = field(default=False, metadata={"help": "bf16 mixed precision (Trainer's --bf16)."})
     batch_size: int = field(default=32, metadata={"help": "Per-device batch size, training and evaluation."})
@@ -117,9 +108,10 @@ class BenchmarkArguments:
         if self.long:
             self.task = "rte"
             self.max_seq_length = self.max_seq_length or 256
-        self.task = self.task.lower().replace("-", "")
-        if self.task not in TASKS:
-            raise ValueError(f"Unknown task {self.task!r}; choose one of {', '.join(TASKS)}.")
+        spec = get_task(self.task)
+        if spec.kind != "sequence" or spec.is_regression or spec.num_labels != 2:
+            raise ValueError(f"The benchmark times binary sentence(-pair) classification; {spec.name} is not.")
+        self.task = spec.name
         if self.device is None:
             self.device = "cuda" if torch.cuda.is_available() else "cpu"
         if self.device not in ("cpu", "cuda"):
@@ -147,39 +139,8 @@ class BenchmarkArguments:
 
 
 # ---- data -----------------------------------------------------------------------------------------------------------
-def resolve_data_dir(data_dir: str | None) -> str | None:
-    candidates = [data_dir] if data_dir else [os.environ.get("HF_MULTIENCODER_DATA"),
-                                               os.path.join(REPO_ROOT, "..", "shared", "data"),
-                                               os.path.join(REPO_ROOT, "shared", "data")]
-    for c in candidates:
-        if c and os.path.isdir(c):
-            return os.path.abspath(c)
-    return None
-
-
-def read_glue(data_dir: str, task: str, split: str) -> dict[str, list]:
-    folder, text_keys, labels = TASKS[task]
-    path = os.path.join(data_dir, "glue", folder, f"{split}.tsv")
-    columns = {k: [] for k in (*text_keys, "label")}
-    with open(path, encoding="utf-8", newline="") as f:
-        rows = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        if task == "cola":  # no header: source, label, mark, sentence
-            for row in rows:
-                columns["sentence"].append(row[3])
-                columns["label"].append(int(row[1]))
-        else:
-            header = next(rows)
-            index = {name: header.index(name) for name in (*text_keys, "label")}
-            for row in rows:
-                for k in text_keys:
-                    columns[k].append(row[index[k]])
-                columns["label"].append(labels.index(row[index["label"]]))
-    return columns
-
-
-def synthetic_split(task: str, n: int, seed: int) -> dict[str, list]:
+def synthetic_split(text_keys, n: int, seed: int) -> dict[str, list]:
     rng = random.Random(seed)
-    _, text_keys, _ = TASKS[task]
     columns = {k: [" ".join(rng.choices(SYNTHETIC_WORDS, k=rng.randint(3, 25))) for _ in range(n)]
                for k in text_keys}
     columns["label"] = [rng.randint(0, 1) for _ in range(n)]
@@ -189,35 +150,26 @@ def synthetic_split(task: str, n: int, seed: int) -> dict[str, list]:
 def load_splits(args: BenchmarkArguments) -> tuple[datasets.Dataset, datasets.Dataset, str]:
     """A shuffled training subset of (warmup + steps) batches and the first `eval_samples` dev examples."""
     n_train = (args.warmup + args.steps) * args.batch_size
-    data_dir = resolve_data_dir(args.data_dir)
-    if args.synthetic or data_dir is None:
-        if not args.synthetic and not args.tiny:
-            raise FileNotFoundError(f"No data folder found (looked for {args.data_dir or '../shared/data'}); pass "
-                                    f"--data_dir, or --synthetic for generated sentences.")
-        train, dev, source = synthetic_split(args.task, n_train, args.seed), synthetic_split(
-            args.task, args.eval_samples or 256, args.seed + 1), "synthetic"
+    spec = get_task(args.task)
+    try:
+        raw, _ = load_task(spec, data_dir=args.data_dir, from_hub=False) if not args.synthetic else (None, None)
+    except FileNotFoundError:
+        if not args.tiny:
+            raise
+        raw = None  # the smoke test runs anywhere
+    if raw is None:
+        train = datasets.Dataset.from_dict(synthetic_split(spec.text_keys, n_train, args.seed))
+        dev = datasets.Dataset.from_dict(synthetic_split(spec.text_keys, args.eval_samples or 256, args.seed + 1))
+        source = "synthetic"
     else:
-        train, dev = read_glue(data_dir, args.task, "train"), read_glue(data_dir, args.task, "dev")
-        source = os.path.join(data_dir, "glue", TASKS[args.task][0])
-    train = datasets.Dataset.from_dict(train).shuffle(seed=args.seed)
+        # relative to the repository: committed results name no absolute path of the machine they ran on
+        source = os.path.relpath(local_path(spec, args.data_dir), REPO_ROOT)
+        train, dev = raw["train"], raw[spec.validation_splits[0]]
+    train = train.shuffle(seed=args.seed)
     train = train.select([i % len(train) for i in range(n_train)])  # repeats only if the set is smaller
-    dev = datasets.Dataset.from_dict(dev)
     if args.eval_samples:
         dev = dev.select(range(min(args.eval_samples, len(dev))))
     return train, dev, source
-
-
-def tokenize(ds: datasets.Dataset, tokenizer, text_keys, max_length: int) -> datasets.Dataset:
-    """Tokenize for a plain tokenizer or a MultiEncoderTokenizer; add the `length` column group_by_length reads."""
-    multi = isinstance(tokenizer, MultiEncoderTokenizer)
-
-    def preprocess(batch):
-        pairs = batch[text_keys[1]] if len(text_keys) > 1 else None
-        enc = dict(tokenizer(batch[text_keys[0]], text_pair=pairs, truncation=True, max_length=max_length))
-        enc["length"] = [max(len(m) for m in ids) if multi else len(ids) for ids in enc["input_ids"]]
-        return enc
-
-    return ds.map(preprocess, batched=True, remove_columns=list(text_keys), desc="Tokenizing")
 
 
 def text_inputs(ds: datasets.Dataset, text_keys, n: int) -> list:
@@ -225,91 +177,6 @@ def text_inputs(ds: datasets.Dataset, text_keys, n: int) -> list:
     if len(text_keys) == 1:
         return list(rows[text_keys[0]])
     return [{"text": a, "text_pair": b} for a, b in zip(rows[text_keys[0]], rows[text_keys[1]])]
-
-
-# ---- measurement helpers --------------------------------------------------------------------------------------------
-def synchronize(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def _rss_kb(field_name: str) -> int | None:
-    try:
-        with open("/proc/self/status") as f:
-            match = re.search(rf"{field_name}:\s+(\d+)", f.read())
-        return int(match.group(1)) if match else None
-    except OSError:
-        return None
-
-
-class PeakMemory:
-    """Peak memory over a block: CUDA allocator peak, or the process's peak RSS (Linux VmHWM, reset on entry)."""
-
-    def __init__(self, device: str):
-        self.device = device
-        self.result: dict = {}
-
-    def __enter__(self):
-        gc.collect()
-        if self.device == "cuda":
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
-            self.start = torch.cuda.memory_allocated()
-        else:
-            with contextlib.suppress(OSError, AttributeError):
-                ctypes.CDLL("libc.so.6").malloc_trim(0)  # hand freed heap back so the baseline is honest
-            self.resettable = True
-            try:
-                with open("/proc/self/clear_refs", "w") as f:
-                    f.write("5")  # resets VmHWM (peak RSS) to the current RSS
-            except OSError:
-                self.resettable = False  # peak since process start (resource.ru_maxrss semantics)
-            self.start = _rss_kb("VmRSS")
-        return self
-
-    def __exit__(self, *exc):
-        mb = 1024 * 1024
-        if self.device == "cuda":
-            synchronize("cuda")
-            self.result = {"peak_mb": torch.cuda.max_memory_allocated() / mb,
-                           "peak_reserved_mb": torch.cuda.max_memory_reserved() / mb,
-                           "start_mb": self.start / mb, "kind": "torch.cuda.max_memory_allocated"}
-        else:
-            peak = _rss_kb("VmHWM")
-            if peak is None:
-                import resource
-
-                peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-                self.resettable = False
-            self.result = {"peak_mb": peak / 1024, "start_mb": (self.start or 0) / 1024,
-                           "kind": "peak RSS (VmHWM, reset per run)" if self.resettable else
-                           "peak RSS since process start"}
-        self.result["peak_over_start_mb"] = self.result["peak_mb"] - self.result["start_mb"]
-        return False
-
-
-class StepTimer(TrainerCallback):
-    """Clock at the end of the warm-up step and of the last timed step (CUDA synchronised at both)."""
-
-    def __init__(self, warmup: int, steps: int, device: str):
-        self.warmup, self.steps, self.device = warmup, steps, device
-        self.start = self.end = None
-        self.step_ends: list[float] = []
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step == self.warmup:
-            synchronize(self.device)
-            self.start = time.perf_counter()
-        elif state.global_step == self.warmup + self.steps:
-            synchronize(self.device)
-            self.end = time.perf_counter()
-        self.step_ends.append(time.perf_counter())
-
-    @property
-    def seconds(self) -> float:
-        if self.start is None or self.end is None:
-            raise RuntimeError(f"Training stopped before {self.warmup + self.steps} steps.")
-        return self.end - self.start
 
 
 def training_arguments(args: BenchmarkArguments, output_dir: str, multi: bool, max_steps: int) -> TrainingArguments:
@@ -331,16 +198,6 @@ def training_arguments(args: BenchmarkArguments, output_dir: str, multi: bool, m
         # members. Keep the columns (MultiEncoderDataCollator drops `length`) so the sampler reads the real lengths.
         kwargs["remove_unused_columns"] = not multi
     return TrainingArguments(**kwargs)
-
-
-def time_collator(collator, ds: datasets.Dataset, batch_size: int, n_batches: int = 8) -> float:
-    """Milliseconds per batch spent in the collator (row access included), over the first `n_batches` batches."""
-    rows = [ds[i] for i in range(min(len(ds), batch_size * n_batches))]
-    batches = [rows[i:i + batch_size] for i in range(0, len(rows), batch_size)]
-    start = time.perf_counter()
-    for b in batches:
-        collator(b)
-    return (time.perf_counter() - start) / len(batches) * 1000
 
 
 # ---- one benchmark entry --------------------------------------------------------------------------------------------
@@ -419,18 +276,8 @@ def pipeline_and_time(args, entry: Entry, model, tokenizer, texts: list) -> None
     entry.result["pipeline"] = result
 
 
-def cleanup() -> None:
-    """Free what the caller just dropped (call after `del model, trainer`)."""
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
 # ---- the run --------------------------------------------------------------------------------------------------------
 def build_tiny_members(root: str) -> list[str]:
-    sys.path.insert(0, os.path.join(REPO_ROOT, "tests"))
-    from tiny_encoders import build_tiny_encoders
-
     return build_tiny_encoders(root)[:2]  # BERT-32 and RoBERTa-40: two types, two tokenizers, two widths
 
 
@@ -472,9 +319,9 @@ def run(args: BenchmarkArguments) -> dict:
     transformers.logging.set_verbosity_error()
     workdir = tempfile.mkdtemp(prefix="bench_train_")
     members = build_tiny_members(os.path.join(workdir, "tiny")) if args.tiny else list(args.members)
-    text_keys = TASKS[args.task][1]
+    spec = get_task(args.task)
     train_raw, dev_raw, source = load_splits(args)
-    texts = text_inputs(dev_raw, text_keys, args.pipeline_samples)
+    texts = text_inputs(dev_raw, spec.text_keys, args.pipeline_samples)
     device, versions = environment(args)
     load_before = os.getloadavg() if hasattr(os, "getloadavg") else None
     print(f"[bench] {device}; members {[short_name(m) for m in members]}; {args.task} from {source}; "
@@ -491,7 +338,7 @@ def run(args: BenchmarkArguments) -> dict:
               f"({time.perf_counter() - started:.0f}s elapsed)", flush=True)
 
     def measure_multi(entry: Entry, model, tokenizer, inference: bool = True, cache: bool = False) -> None:
-        train_ds = tokenize(train_raw, tokenizer, text_keys, args.max_seq_length)
+        train_ds = tokenize_task(train_raw, spec, tokenizer, args.max_seq_length)
         collator = MultiEncoderDataCollator(tokenizer, pad_to_multiple_of=args.pad_to_multiple_of)
         if cache:
             model.to(args.device)
@@ -506,7 +353,7 @@ def run(args: BenchmarkArguments) -> dict:
                                                              args.batch_size)
         trainer = train_and_time(args, entry, model, tokenizer, train_ds, collator, workdir)
         if inference:
-            eval_ds = tokenize(dev_raw, tokenizer, text_keys, args.max_seq_length)
+            eval_ds = tokenize_task(dev_raw, spec, tokenizer, args.max_seq_length)
             evaluate_and_time(args, entry, trainer, eval_ds, collator)
             pipeline_and_time(args, entry, model, tokenizer, texts)
         del trainer
@@ -520,11 +367,11 @@ def run(args: BenchmarkArguments) -> dict:
         model = AutoModelForSequenceClassification.from_pretrained(member, num_labels=2)
         entry = Entry(f"plain/{name}", "plain", [member])
         collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=args.pad_to_multiple_of)
-        train_ds = tokenize(train_raw, tokenizer, text_keys, args.max_seq_length)
+        train_ds = tokenize_task(train_raw, spec, tokenizer, args.max_seq_length)
         entry.result["collate_ms_per_batch"] = time_collator(collator, train_ds.remove_columns("length"),
                                                              args.batch_size)
         trainer = train_and_time(args, entry, model, tokenizer, train_ds, collator, workdir)
-        eval_ds = tokenize(dev_raw, tokenizer, text_keys, args.max_seq_length)
+        eval_ds = tokenize_task(dev_raw, spec, tokenizer, args.max_seq_length)
         evaluate_and_time(args, entry, trainer, eval_ds, collator)
         pipeline_and_time(args, entry, model, tokenizer, texts)
         entries.append(entry)

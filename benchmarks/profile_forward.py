@@ -18,45 +18,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import sys
 import tempfile
 import time
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO_ROOT)
-sys.path.insert(0, os.path.join(REPO_ROOT, "benchmarks"))
+import torch
+import transformers
+from bench_train import DEFAULT_MEMBERS, BenchmarkArguments, build_tiny_members, load_splits
+from timing import interleaved_median_ms
+from timing import synchronize as sync
+from torch.profiler import ProfilerActivity, profile
+from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
-import torch  # noqa: E402
-import transformers  # noqa: E402
-from bench_train import DEFAULT_MEMBERS, BenchmarkArguments, build_tiny_members, load_splits  # noqa: E402
-from torch.profiler import ProfilerActivity, profile  # noqa: E402
-from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer  # noqa: E402
-
-from hf_multiencoder import MultiEncoderForSequenceClassification, MultiEncoderTokenizer  # noqa: E402
-
-
-def sync(device):
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def interleaved_median_ms(fns: dict, repeats, device, warmup=2) -> dict:
-    """Median milliseconds of each function, run in turn (the order reversed every round), so that a drift of the
-    machine's speed during the measurement (a busy neighbour, clocks) hits every contestant alike."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    times = {name: [] for name in fns}
-    names = list(fns)
-    for r in range(repeats):
-        for name in (names if r % 2 == 0 else names[::-1]):
-            sync(device)
-            start = time.perf_counter()
-            fns[name]()
-            sync(device)
-            times[name].append((time.perf_counter() - start) * 1000)
-    return {name: statistics.median(t) for name, t in times.items()}
+from hf_multiencoder import MultiEncoderForSequenceClassification, MultiEncoderTokenizer
 
 
 def train_step(model, batch):
@@ -79,7 +52,7 @@ def main():
     members = build_tiny_members(tempfile.mkdtemp()) if args.tiny else args.members
     bench_args = BenchmarkArguments(tiny=args.tiny, steps=1, warmup=1, batch_size=args.batch_size, device=args.device)
     train, _, _ = load_splits(bench_args)
-    sentences = train["sentence"][: args.batch_size]
+    sentences = train["sentence1"][: args.batch_size]
     labels = torch.tensor(train["label"][: args.batch_size], device=args.device)
     max_length = bench_args.max_seq_length
     report = {"device": args.device, "threads": torch.get_num_threads(), "per_member": {}}

@@ -5,6 +5,8 @@ Importing the package registers the config, models and tokenizer with the Auto c
 where this package is not installed).
 """
 
+import importlib
+
 from transformers import (
     AutoConfig,
     AutoModel,
@@ -24,10 +26,35 @@ from .modeling_multiencoder import (
     MultiEncoderPreTrainedModel,
     MultiEncoderSequenceClassifierOutput,
     MultiEncoderTokenClassifierOutput,
+    mean_fusion_weights,
 )
+from .optimization import create_multiencoder_optimizer, freeze_encoders
+from .tasks import TaskSpec, get_task, register_task
 from .tokenization_multiencoder import MultiEncoderBatch, MultiEncoderTokenizer
 
 __version__ = "0.1.0"
+
+# Training-side names that pull in heavy modules (the Trainer, `datasets`, scipy): imported on first use, so that
+# `import hf_multiencoder` for inference stays as light as transformers itself (PEP 562, as transformers' lazy module).
+_LAZY_IMPORTS = {
+    "MultiEncoderTrainer": "hub",
+    "push_multiencoder_to_hub": "hub",
+    "load_task": "data",
+    "tokenize_task": "data",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY_IMPORTS:
+        value = getattr(importlib.import_module(f".{_LAZY_IMPORTS[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY_IMPORTS))
+
 
 AutoConfig.register(MultiEncoderConfig.model_type, MultiEncoderConfig, exist_ok=True)
 AutoModel.register(MultiEncoderConfig, MultiEncoderModel, exist_ok=True)
@@ -55,5 +82,15 @@ __all__ = [
     "MultiEncoderSequenceClassifierOutput",
     "MultiEncoderTokenClassifierOutput",
     "MultiEncoderTokenizer",
+    "MultiEncoderTrainer",
+    "TaskSpec",
     "build_fusion",
+    "create_multiencoder_optimizer",
+    "freeze_encoders",
+    "get_task",
+    "load_task",
+    "mean_fusion_weights",
+    "push_multiencoder_to_hub",
+    "register_task",
+    "tokenize_task",
 ]

@@ -1,37 +1,48 @@
-"""Task registry and dataset loaders: GLUE, TREC, SICK, CoNLL-2003, WNUT-17, and your own files.
+"""Loading data: the registered tasks (see `tasks.py`) from local files or the Hub, and your own files.
 
-Every loader returns a `datasets.DatasetDict` in one normalised layout, whatever the source:
+Every loader returns a `datasets.DatasetDict` in one normalised layout, whatever the source, and the task's
+[`TaskSpec`]:
 
 - sequence tasks: `sentence1` (and `sentence2` for pairs) and `label` (a `ClassLabel` id, or a float for
   regression). Unlabelled test rows get label -1, as the Hub's `nyu-mll/glue` does.
 - token tasks: `tokens` (list of words) and `ner_tags` (a `Sequence(ClassLabel)`).
 
 Label ids match the Hub datasets (`nyu-mll/glue`, `conll2003`, `wnut_17`), so a model trained from the local files
-and one trained from the Hub agree. The local files are read first, from `data_dir` (default: `$HF_MULTIENCODER_DATA`,
-else `<repo>/../shared/data`); the layout is the one the original downloads have:
-
-    glue/<CoLA|SST-2|MRPC|STS-B|QQP|MNLI|QNLI|RTE|WNLI>/{train,dev,test}.tsv   (MNLI: dev_matched.tsv, ...)
-    trec/train_5500.label, trec/TREC_10.label
-    sick/SICK.txt
-    conll2003/eng.train, eng.testa, eng.testb
-    wnut17/wnut17train.conll, emerging.dev.conll, emerging.test.annotated
+and one trained from the Hub agree. Local files are read from `data_dir` (default: `$HF_MULTIENCODER_DATA`, else
+`<repo>/../shared/data`), at each task's `local_path` with its `reader`; a reader is a function
+`(spec, path) -> DatasetDict` registered in `READERS` (`register_reader`), so a new file format is one function.
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
+import logging
 import os
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import datasets
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence, Value
+from huggingface_hub import is_offline_mode
+
+from .tasks import (  # noqa: F401 - the label lists are re-exported for convenience
+    CONLL2003_LABELS,
+    PAIR,
+    SINGLE,
+    TASKS,
+    TREC_COARSE_LABELS,
+    TREC_FINE_LABELS,
+    WNUT17_LABELS,
+    TaskSpec,
+    get_task,
+    register_task,
+)
+
+logger = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA_DIR = os.environ.get("HF_MULTIENCODER_DATA") or os.path.normpath(REPO_ROOT / ".." / "shared" / "data")
-
-_TRUE_VALUES = {"1", "ON", "YES", "TRUE"}
+DEFAULT_DATA_DIR = os.path.normpath(REPO_ROOT / ".." / "shared" / "data")
 
 
 def resolve_data_dir(data_dir: str | None = None) -> str:
@@ -43,181 +54,11 @@ def resolve_data_dir(data_dir: str | None = None) -> str:
 
 
 def _is_offline() -> bool:
-    return any(os.environ.get(var, "").upper() in _TRUE_VALUES for var in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"))
+    """Offline as `datasets` itself decides it (`HF_HUB_OFFLINE` / `HF_DATASETS_OFFLINE`, read at import)."""
+    return is_offline_mode() or bool(datasets.config.HF_HUB_OFFLINE)
 
 
-# ---- task registry --------------------------------------------------------------------------------------------------
-@dataclass
-class TaskSpec:
-    """What a task is: its kind, its text columns, its labels and the metric it is ranked by.
-
-    Args:
-        name: Task name, a key of `TASKS` (or "custom" for your own files).
-        kind: "sequence" (one label per sentence or pair) or "token" (one tag per word).
-        text_keys: The text columns after loading: `("sentence1",)`, `("sentence1", "sentence2")` or, for token tasks,
-            `("tokens",)`.
-        label_list: Label names in id order, or None for regression.
-        is_regression: Whether the label is a float score.
-        main_metric: The metric key the task is ranked by (without `eval_`).
-        validation_splits: The split(s) evaluated during training (`("validation",)`; MNLI has two).
-        hub: Arguments of `datasets.load_dataset` to fetch the task from the Hub, or None.
-    """
-
-    name: str
-    kind: str
-    text_keys: tuple[str, ...]
-    label_list: list[str] | None
-    is_regression: bool = False
-    main_metric: str = "accuracy"
-    validation_splits: tuple[str, ...] = ("validation",)
-    hub: tuple[str, ...] | None = None
-
-    @property
-    def num_labels(self) -> int:
-        """Size of the model head: 1 for regression, else the number of labels."""
-        return 1 if self.is_regression else len(self.label_list or [])
-
-    @property
-    def is_pair(self) -> bool:
-        """Whether the task gives a pair of sentences."""
-        return len(self.text_keys) > 1
-
-
-CONLL2003_LABELS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
-WNUT17_LABELS = [
-    "O",
-    "B-corporation",
-    "I-corporation",
-    "B-creative-work",
-    "I-creative-work",
-    "B-group",
-    "I-group",
-    "B-location",
-    "I-location",
-    "B-person",
-    "I-person",
-    "B-product",
-    "I-product",
-]
-TREC_COARSE_LABELS = ["ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM"]
-# fmt: off
-TREC_FINE_LABELS = sorted([
-    "ABBR:abb", "ABBR:exp",
-    "DESC:def", "DESC:desc", "DESC:manner", "DESC:reason",
-    "ENTY:animal", "ENTY:body", "ENTY:color", "ENTY:cremat", "ENTY:currency", "ENTY:dismed", "ENTY:event",
-    "ENTY:food", "ENTY:instru", "ENTY:lang", "ENTY:letter", "ENTY:other", "ENTY:plant", "ENTY:product",
-    "ENTY:religion", "ENTY:sport", "ENTY:substance", "ENTY:symbol", "ENTY:techmeth", "ENTY:termeq", "ENTY:veh",
-    "ENTY:word",
-    "HUM:desc", "HUM:gr", "HUM:ind", "HUM:title",
-    "LOC:city", "LOC:country", "LOC:mount", "LOC:other", "LOC:state",
-    "NUM:code", "NUM:count", "NUM:date", "NUM:dist", "NUM:money", "NUM:ord", "NUM:other", "NUM:perc", "NUM:period",
-    "NUM:speed", "NUM:temp", "NUM:volsize", "NUM:weight",
-])
-# fmt: on
-SICK_ENTAILMENT_LABELS = ["CONTRADICTION", "ENTAILMENT", "NEUTRAL"]
-
-_SINGLE = ("sentence1",)
-_PAIR = ("sentence1", "sentence2")
-_NLI = ["entailment", "not_entailment"]
-
-TASKS: dict[str, TaskSpec] = {
-    "cola": TaskSpec("cola", "sequence", _SINGLE, ["unacceptable", "acceptable"], main_metric="matthews_correlation",
-                     hub=("nyu-mll/glue", "cola")),
-    "sst2": TaskSpec("sst2", "sequence", _SINGLE, ["negative", "positive"], hub=("nyu-mll/glue", "sst2")),
-    "mrpc": TaskSpec("mrpc", "sequence", _PAIR, ["not_equivalent", "equivalent"], main_metric="f1",
-                     hub=("nyu-mll/glue", "mrpc")),
-    "stsb": TaskSpec("stsb", "sequence", _PAIR, None, is_regression=True, main_metric="spearmanr",
-                     hub=("nyu-mll/glue", "stsb")),
-    "qqp": TaskSpec("qqp", "sequence", _PAIR, ["not_duplicate", "duplicate"], main_metric="f1",
-                    hub=("nyu-mll/glue", "qqp")),
-    "mnli": TaskSpec("mnli", "sequence", _PAIR, ["entailment", "neutral", "contradiction"],
-                     validation_splits=("validation_matched", "validation_mismatched"), hub=("nyu-mll/glue", "mnli")),
-    "qnli": TaskSpec("qnli", "sequence", _PAIR, list(_NLI), hub=("nyu-mll/glue", "qnli")),
-    "rte": TaskSpec("rte", "sequence", _PAIR, list(_NLI), hub=("nyu-mll/glue", "rte")),
-    "wnli": TaskSpec("wnli", "sequence", _PAIR, ["not_entailment", "entailment"], hub=("nyu-mll/glue", "wnli")),
-    "trec": TaskSpec("trec", "sequence", _SINGLE, list(TREC_COARSE_LABELS), hub=("CogComp/trec",)),
-    "trec_fine": TaskSpec("trec_fine", "sequence", _SINGLE, list(TREC_FINE_LABELS), hub=("CogComp/trec",)),
-    "sick_relatedness": TaskSpec("sick_relatedness", "sequence", _PAIR, None, is_regression=True,
-                                 main_metric="spearmanr", hub=("RobZamp/sick",)),
-    "sick_entailment": TaskSpec("sick_entailment", "sequence", _PAIR, list(SICK_ENTAILMENT_LABELS),
-                                hub=("RobZamp/sick",)),
-    "conll2003": TaskSpec("conll2003", "token", ("tokens",), list(CONLL2003_LABELS), main_metric="overall_f1",
-                          hub=("eriktks/conll2003",)),
-    "wnut17": TaskSpec("wnut17", "token", ("tokens",), list(WNUT17_LABELS), main_metric="overall_f1",
-                       hub=("leondz/wnut_17",)),
-}
-
-_ALIASES = {"sst-2": "sst2", "sts-b": "stsb", "sts_b": "stsb", "wnut_17": "wnut17", "conll": "conll2003"}
-
-
-def get_task(task_name: str) -> TaskSpec:
-    """The `TaskSpec` of a task name (case-insensitive); ValueError listing the known tasks otherwise."""
-    key = task_name.strip().lower() if isinstance(task_name, str) else task_name
-    key = _ALIASES.get(key, key)
-    if key not in TASKS:
-        raise ValueError(f"Unknown task {task_name!r}. Known tasks: {', '.join(TASKS)}.")
-    return TASKS[key]
-
-
-# ---- local layouts --------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _GlueLayout:
-    folder: str
-    files: dict[str, str]  # split -> file name
-    text_columns: tuple[str, ...]
-    label_column: str
-    headerless: tuple[str, ...] = ()  # splits whose file has no header line (CoLA train/dev)
-    fieldnames: tuple[str, ...] = ()
-
-
-_STD_FILES = {"train": "train.tsv", "validation": "dev.tsv", "test": "test.tsv"}
-_GLUE_LAYOUTS: dict[str, _GlueLayout] = {
-    "cola": _GlueLayout("CoLA", _STD_FILES, ("sentence",), "label", headerless=("train", "validation"),
-                        fieldnames=("source", "label", "original_label", "sentence")),
-    "sst2": _GlueLayout("SST-2", _STD_FILES, ("sentence",), "label"),
-    "mrpc": _GlueLayout("MRPC", _STD_FILES, ("#1 String", "#2 String"), "Quality"),
-    "stsb": _GlueLayout("STS-B", _STD_FILES, ("sentence1", "sentence2"), "score"),
-    "qqp": _GlueLayout("QQP", _STD_FILES, ("question1", "question2"), "is_duplicate"),
-    "mnli": _GlueLayout("MNLI", {"train": "train.tsv", "validation_matched": "dev_matched.tsv",
-                                 "validation_mismatched": "dev_mismatched.tsv", "test_matched": "test_matched.tsv",
-                                 "test_mismatched": "test_mismatched.tsv"}, ("sentence1", "sentence2"), "gold_label"),
-    "qnli": _GlueLayout("QNLI", _STD_FILES, ("question", "sentence"), "label"),
-    "rte": _GlueLayout("RTE", _STD_FILES, ("sentence1", "sentence2"), "label"),
-    "wnli": _GlueLayout("WNLI", _STD_FILES, ("sentence1", "sentence2"), "label"),
-}
-
-# Column names of the Hub versions: (text columns, label column). Used to normalise `datasets.load_dataset` output.
-_HUB_COLUMNS: dict[str, tuple[tuple[str, ...], str]] = {
-    "cola": (("sentence",), "label"),
-    "sst2": (("sentence",), "label"),
-    "mrpc": (("sentence1", "sentence2"), "label"),
-    "stsb": (("sentence1", "sentence2"), "label"),
-    "qqp": (("question1", "question2"), "label"),
-    "mnli": (("premise", "hypothesis"), "label"),
-    "qnli": (("question", "sentence"), "label"),
-    "rte": (("sentence1", "sentence2"), "label"),
-    "wnli": (("sentence1", "sentence2"), "label"),
-    "trec": (("text",), "coarse_label"),
-    "trec_fine": (("text",), "fine_label"),
-    "sick_relatedness": (("sentence_A", "sentence_B"), "relatedness_score"),
-    "sick_entailment": (("sentence_A", "sentence_B"), "label"),
-    "conll2003": (("tokens",), "ner_tags"),
-    "wnut17": (("tokens",), "ner_tags"),
-}
-
-
-def _local_path(task: TaskSpec, data_dir: str) -> str:
-    """The file or folder a task is read from under `data_dir`."""
-    if task.name in _GLUE_LAYOUTS:
-        return os.path.join(data_dir, "glue", _GLUE_LAYOUTS[task.name].folder)
-    if task.name.startswith("trec"):
-        return os.path.join(data_dir, "trec")
-    if task.name.startswith("sick"):
-        return os.path.join(data_dir, "sick", "SICK.txt")
-    return os.path.join(data_dir, task.name)
-
-
-# ---- feature helpers ------------------------------------------------------------------------------------------------
+# ---- features and labels --------------------------------------------------------------------------------------------
 def _sequence_features(spec: TaskSpec) -> Features:
     features = {key: Value("string") for key in spec.text_keys}
     features["label"] = Value("float32") if spec.is_regression else ClassLabel(names=list(spec.label_list))
@@ -255,17 +96,45 @@ def _rows_to_dataset(rows: list[tuple], spec: TaskSpec) -> Dataset:
     return Dataset.from_dict(data, features=_sequence_features(spec))
 
 
-# ---- GLUE -----------------------------------------------------------------------------------------------------------
-def _read_glue_tsv(path: str, layout: _GlueLayout, headerless: bool) -> list[dict[str, str]]:
-    """Rows of a GLUE TSV as dicts, read the way HF's glue loader does (tab separated, `csv.QUOTE_NONE`)."""
+def _split_first_per_label(rows: list[tuple[str, str]], per_label: int) -> tuple[list, list]:
+    """The original project's dev split for corpora without one: the first `per_label` (text, label) rows of each label
+    in file order are dev; train is every row not in dev (so later duplicates of dev rows are dropped too)."""
+    counts: dict[str, int] = {}
+    dev = []
+    for text, label in rows:
+        if counts.get(label, 0) < per_label:
+            counts[label] = counts.get(label, 0) + 1
+            dev.append((text, label))
+    dev_set = set(dev)
+    return [r for r in rows if r not in dev_set], dev
+
+
+# ---- readers --------------------------------------------------------------------------------------------------------
+Reader = Callable[[TaskSpec, str], DatasetDict]
+READERS: dict[str, Reader] = {}
+
+
+def register_reader(name: str) -> Callable[[Reader], Reader]:
+    """Register a reader under `name`, for `TaskSpec(reader=name)`: a function `(spec, path) -> DatasetDict`."""
+
+    def decorator(fn: Reader) -> Reader:
+        READERS[name] = fn
+        return fn
+
+    return decorator
+
+
+def _read_glue_tsv(path: str, fieldnames: tuple[str, ...] | None) -> list[dict[str, str]]:
+    """Rows of a GLUE TSV as dicts, read the way HF's glue loader does (tab separated, `csv.QUOTE_NONE`).
+    `fieldnames`: the columns of a file without header line (CoLA train/dev)."""
     # utf-8-sig drops MRPC's byte-order mark, so its first column is `Quality` and not `\ufeffQuality`.
     with open(path, encoding="utf-8-sig", newline="") as f:
         reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        header = list(layout.fieldnames) if headerless else next(reader, None)
+        header = list(fieldnames) if fieldnames else next(reader, None)
         if header is None:
             return []
         rows = []
-        for line_no, fields in enumerate(reader, start=1 if headerless else 2):
+        for line_no, fields in enumerate(reader, start=1 if fieldnames else 2):
             if not fields:
                 continue
             if len(fields) != len(header):
@@ -274,27 +143,28 @@ def _read_glue_tsv(path: str, layout: _GlueLayout, headerless: bool) -> list[dic
     return rows
 
 
-def _load_glue_local(spec: TaskSpec, folder: str) -> DatasetDict:
-    layout = _GLUE_LAYOUTS[spec.name]
+@register_reader("glue")
+def read_glue(spec: TaskSpec, folder: str) -> DatasetDict:
+    """GLUE's TSV layout. Options: `files` (split -> file), `columns` (text columns), `label_column`, `headerless`
+    (splits whose file has no header line) and `fieldnames` (their columns). A missing file is a missing split."""
+    options = spec.reader_kwargs
     splits = {}
-    for split, filename in layout.files.items():
+    for split, filename in options["files"].items():
         path = os.path.join(folder, filename)
         if not os.path.isfile(path):
             continue  # e.g. QNLI has no train.tsv locally: the split is simply absent
-        records = _read_glue_tsv(path, layout, headerless=split in layout.headerless)
-        missing = [c for c in layout.text_columns if records and c not in records[0]]
+        fieldnames = options.get("fieldnames") if split in options.get("headerless", ()) else None
+        records = _read_glue_tsv(path, fieldnames)
+        missing = [c for c in options["columns"] if records and c not in records[0]]
         if missing:
             raise ValueError(f"{path}: missing column(s) {missing}; the file has {list(records[0])}.")
-        rows = []
-        for i, record in enumerate(records):
-            texts = tuple(record[c] for c in layout.text_columns)
-            label = _label_to_id(record.get(layout.label_column), spec, f"{path} row {i}")
-            rows.append((*texts, label))
+        rows = [(*(record[c] for c in options["columns"]),
+                 _label_to_id(record.get(options["label_column"]), spec, f"{path} row {i}"))
+                for i, record in enumerate(records)]
         splits[split] = _rows_to_dataset(rows, spec)
     return DatasetDict(splits)
 
 
-# ---- TREC -----------------------------------------------------------------------------------------------------------
 def _read_trec(path: str) -> list[tuple[str, str]]:
     """(label, question) pairs of a TREC file, `COARSE:fine question` per line.
 
@@ -311,30 +181,33 @@ def _read_trec(path: str) -> list[tuple[str, str]]:
     return examples
 
 
-def _load_trec_local(spec: TaskSpec, folder: str) -> DatasetDict:
-    files = {"train": "train_5500.label", "test": "TREC_10.label"}
+@register_reader("trec")
+def read_trec(spec: TaskSpec, folder: str) -> DatasetDict:
+    """TREC: train_5500.label -> train, TREC_10.label -> test and validation (TREC has no dev set). Option `fine`:
+    the 50 fine labels instead of the 6 coarse ones."""
     splits = {}
-    for split, filename in files.items():
+    for split, filename in {"train": "train_5500.label", "test": "TREC_10.label"}.items():
         path = os.path.join(folder, filename)
         if not os.path.isfile(path):
             continue
         rows = []
         for i, (fine, text) in enumerate(_read_trec(path)):
-            label = fine if spec.name == "trec_fine" else fine.partition(":")[0]
+            label = fine if spec.reader_kwargs.get("fine") else fine.partition(":")[0]
             rows.append((text, _label_to_id(label, spec, f"{path} line {i + 1}")))
         splits[split] = _rows_to_dataset(rows, spec)
     if "test" in splits:
-        # TREC has no development set: the test file (TREC_10) also serves as `validation`.
         splits = {**{k: v for k, v in splits.items() if k == "train"}, "validation": splits["test"],
                   "test": splits["test"]}
     return DatasetDict(splits)
 
 
-# ---- SICK -----------------------------------------------------------------------------------------------------------
 _SICK_SPLITS = {"TRAIN": "train", "TRIAL": "validation", "TEST": "test"}
 
 
-def _load_sick_local(spec: TaskSpec, path: str) -> DatasetDict:
+@register_reader("sick")
+def read_sick(spec: TaskSpec, path: str) -> DatasetDict:
+    """SICK.txt: splits from the `SemEval_set` column; option `label_column` (`relatedness_score` or
+    `entailment_label`)."""
     rows: dict[str, list[tuple]] = {split: [] for split in _SICK_SPLITS.values()}
     with open(path, encoding="utf-8", newline="") as f:
         reader = csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
@@ -343,9 +216,69 @@ def _load_sick_local(spec: TaskSpec, path: str) -> DatasetDict:
             split = _SICK_SPLITS.get((record.get("SemEval_set") or "").strip())
             if split is None:
                 raise ValueError(f"{where}: SemEval_set {record.get('SemEval_set')!r} is not TRAIN, TRIAL or TEST.")
-            raw = record["relatedness_score"] if spec.is_regression else record["entailment_label"]
+            raw = record[spec.reader_kwargs["label_column"]]
             rows[split].append((record["sentence_A"], record["sentence_B"], _label_to_id(raw, spec, where)))
     return DatasetDict({split: _rows_to_dataset(r, spec) for split, r in rows.items() if r})
+
+
+@register_reader("clickbait")
+def read_clickbait(spec: TaskSpec, folder: str) -> DatasetDict:
+    """Headline files, one per label (`files`: label -> gzip file, one headline per line, blank lines skipped); the
+    first `dev_per_label` headlines of each label (in the `files` order) are validation, the rest train."""
+    options = spec.reader_kwargs
+    train, dev = [], []
+    for label, filename in options["files"].items():
+        path = os.path.join(folder, filename)
+        opener = gzip.open if filename.endswith(".gz") else open
+        with opener(path, "rt", encoding="utf-8") as f:
+            headlines = [line.strip() for line in f if line.strip()]
+        label_id = _label_to_id(label, spec, path)
+        dev += [(h, label_id) for h in headlines[:options["dev_per_label"]]]
+        train += [(h, label_id) for h in headlines[options["dev_per_label"]:]]
+    return DatasetDict({"train": _rows_to_dataset(train, spec), "validation": _rows_to_dataset(dev, spec)})
+
+
+@register_reader("labelled_csv")
+def read_labelled_csv(spec: TaskSpec, folder: str) -> DatasetDict:
+    """One CSV with a text and a label column and no split (ISEAR, Emotion Stimulus). Options: `file`, `text_column`,
+    `label_column`, `skip_rows` (data rows to skip first), `dev_per_label` (see `_split_first_per_label`)."""
+    options = spec.reader_kwargs
+    path = os.path.join(folder, options["file"])
+    with open(path, encoding="utf-8", newline="") as f:
+        records = list(csv.DictReader(f))[options.get("skip_rows", 0):]
+    rows = [(r[options["text_column"]], r[options["label_column"]]) for r in records]
+    train, dev = _split_first_per_label(rows, options["dev_per_label"])
+    return DatasetDict({
+        split: _rows_to_dataset([(text, _label_to_id(label, spec, path)) for text, label in part], spec)
+        for split, part in (("train", train), ("validation", dev))
+    })
+
+
+@register_reader("emobank")
+def read_emobank(spec: TaskSpec, path: str) -> DatasetDict:
+    """emobank.csv (`id,split,V,A,D,text`): the official split column; option `target` (V, A or D)."""
+    rows: dict[str, list[tuple]] = {"train": [], "validation": [], "test": []}
+    with open(path, encoding="utf-8", newline="") as f:
+        for i, record in enumerate(csv.DictReader(f)):
+            split = {"train": "train", "dev": "validation", "test": "test"}[record["split"]]
+            target = _label_to_id(record[spec.reader_kwargs["target"]], spec, f"{path} row {i + 2}")
+            rows[split].append((record["text"], target))
+    return DatasetDict({split: _rows_to_dataset(r, spec) for split, r in rows.items()})
+
+
+@register_reader("fb_va")
+def read_fb_va(spec: TaskSpec, path: str) -> DatasetDict:
+    """The Facebook valence/arousal CSV: tabs removed from the messages, empty ones dropped; the first `dev_size` are
+    validation, the rest train; option `target` (`Valence1`, `Arousal1`, ...)."""
+    rows = []
+    with open(path, encoding="utf-8", newline="") as f:
+        for i, record in enumerate(csv.DictReader(f)):
+            text = record["Anonymized Message"].replace("\t", "").strip()
+            if text:
+                rows.append((text, _label_to_id(record[spec.reader_kwargs["target"]], spec, f"{path} row {i + 2}")))
+    dev_size = spec.reader_kwargs["dev_size"]
+    return DatasetDict({"train": _rows_to_dataset(rows[dev_size:], spec),
+                        "validation": _rows_to_dataset(rows[:dev_size], spec)})
 
 
 # ---- CoNLL ----------------------------------------------------------------------------------------------------------
@@ -371,7 +304,8 @@ def read_conll(path: str, token_column: int = 0, tag_column: int = -1) -> list[t
     """Read a CoNLL-format file into (tokens, tags) sentences.
 
     One word per line, columns separated by a tab (if the line has one) or by whitespace; a blank line (or a line
-    of whitespace only) ends a sentence; `-DOCSTART-` lines are skipped.
+    of whitespace only) ends a sentence; `-DOCSTART-` lines are skipped. MIT's `.bio` files put the tag first:
+    `token_column=1, tag_column=0`.
     """
     if not os.path.isfile(path):
         raise FileNotFoundError(f"CoNLL file {path} does not exist.")
@@ -425,14 +359,35 @@ def _sort_tags(tags: Iterable[str]) -> list[str]:
     return ["O"] + sorted({t for t in tags if t != "O"})
 
 
+def _read_conll_splits(files: dict[str, str], iob1: bool, token_column: int = 0, tag_column: int = -1) -> dict:
+    """split -> sentences; a file named for two splits (MIT: test = validation) is read once."""
+    cache: dict[str, list] = {}
+    for path in dict.fromkeys(files.values()):
+        sentences = read_conll(path, token_column=token_column, tag_column=tag_column)
+        cache[path] = [(tokens, iob1_to_iob2(tags)) for tokens, tags in sentences] if iob1 else sentences
+    return {split: cache[path] for split, path in files.items()}
+
+
+@register_reader("conll")
+def read_conll_task(spec: TaskSpec, folder: str) -> DatasetDict:
+    """CoNLL-style files, one per split (`files`), a token and a tag column (`token_column`, `tag_column`), IOB1
+    converted to IOB2 with `iob1`. A missing file is a missing split."""
+    options = spec.reader_kwargs
+    files = {split: os.path.join(folder, name) for split, name in options["files"].items()}
+    files = {split: path for split, path in files.items() if os.path.isfile(path)}
+    sentences = _read_conll_splits(files, options.get("iob1", False), options.get("token_column", 0),
+                                   options.get("tag_column", -1))
+    return DatasetDict({split: _conll_dataset(s, spec.label_list, files[split]) for split, s in sentences.items()})
+
+
 def load_conll_files(
     train_file: str | None,
     validation_file: str | None = None,
     test_file: str | None = None,
     label_list: list[str] | None = None,
     iob1: bool = False,
-) -> tuple[DatasetDict, list[str]]:
-    """Load CoNLL-format files (token in the first column, tag in the last) as `tokens`/`ner_tags` datasets.
+) -> tuple[DatasetDict, TaskSpec]:
+    """Load your own CoNLL-format files (token in the first column, tag in the last) as `tokens`/`ner_tags`.
 
     Args:
         train_file, validation_file, test_file: The files; at least one is needed.
@@ -440,44 +395,21 @@ def load_conll_files(
         iob1: Convert IOB1 tags (CoNLL-2003's original scheme) to IOB2.
 
     Returns:
-        The `DatasetDict` (splits train/validation/test, for the files given) and the label list.
+        The `DatasetDict` (splits train/validation/test, for the files given) and a token-task `TaskSpec` named
+        "custom_ner".
     """
     files = {"train": train_file, "validation": validation_file, "test": test_file}
     files = {split: path for split, path in files.items() if path}
     if not files:
         raise ValueError("load_conll_files needs at least one of train_file, validation_file or test_file.")
-    sentences = {}
-    for split, path in files.items():
-        sentences[split] = read_conll(path)
-        if iob1:
-            sentences[split] = [(tokens, iob1_to_iob2(tags)) for tokens, tags in sentences[split]]
+    sentences = _read_conll_splits(files, iob1)
     if label_list is None:
         label_list = _sort_tags(tag for sents in sentences.values() for _, tags in sents for tag in tags)
     dataset = DatasetDict({split: _conll_dataset(s, label_list, files[split]) for split, s in sentences.items()})
-    return dataset, list(label_list)
-
-
-_CONLL_LOCAL = {
-    "conll2003": ({"train": "eng.train", "validation": "eng.testa", "test": "eng.testb"}, True),
-    "wnut17": (
-        {"train": "wnut17train.conll", "validation": "emerging.dev.conll", "test": "emerging.test.annotated"},
-        False,
-    ),
-}
-
-
-def _load_conll_local(spec: TaskSpec, folder: str) -> DatasetDict:
-    files, iob1 = _CONLL_LOCAL[spec.name]
-    splits = {}
-    for split, filename in files.items():
-        path = os.path.join(folder, filename)
-        if not os.path.isfile(path):
-            continue
-        sentences = read_conll(path)
-        if iob1:
-            sentences = [(tokens, iob1_to_iob2(tags)) for tokens, tags in sentences]
-        splits[split] = _conll_dataset(sentences, spec.label_list, path)
-    return DatasetDict(splits)
+    spec = TaskSpec("custom_ner", kind="token", label_list=list(label_list),
+                    validation_splits=("validation",) if "validation" in dataset else (),
+                    display_name=os.path.basename(train_file or validation_file or test_file), language=None)
+    return dataset, spec
 
 
 # ---- Hub ------------------------------------------------------------------------------------------------------------
@@ -492,7 +424,7 @@ def _label_mapping(source_names: list[str], target_names: list[str], where: str)
 
 def _normalise_hub(spec: TaskSpec, dataset: DatasetDict) -> DatasetDict:
     """Rename the Hub columns to the local layout and put the labels in this package's label space."""
-    text_columns, label_column = _HUB_COLUMNS[spec.name]
+    text_columns, label_column = spec.hub_columns
     where = f"Hub dataset {'/'.join(spec.hub)}"
     out = {}
     for split, ds in dataset.items():
@@ -535,36 +467,20 @@ def _load_from_hub(spec: TaskSpec) -> DatasetDict:
 
 
 # ---- entry points ---------------------------------------------------------------------------------------------------
-def load_task(task_name: str, data_dir: str | None = None, from_hub: bool | None = None) -> DatasetDict:
-    """Load a benchmark task as a `DatasetDict` in the normalised layout (see the module docstring).
+def local_path(task: str | TaskSpec, data_dir: str | None = None) -> str:
+    """The file or folder a registered task is read from under `data_dir`."""
+    spec = get_task(task)
+    return os.path.join(resolve_data_dir(data_dir), spec.local_path or spec.name)
 
-    Args:
-        task_name: A key of `TASKS` (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli, trec, trec_fine,
-            sick_relatedness, sick_entailment, conll2003, wnut17).
-        data_dir: The folder holding glue/, trec/, sick/, conll2003/, wnut17/ (default: see `resolve_data_dir`).
-        from_hub: True: load from the Hub with `datasets.load_dataset` (skipping local files). False: local files
-            only. None (default): local files, and the Hub only if the task's local folder is missing and neither
-            `HF_DATASETS_OFFLINE` nor `HF_HUB_OFFLINE` is set.
 
-    Splits: `train`, the task's `validation_splits`, and `test` (MNLI: `test_matched`/`test_mismatched`) for the
-    files that exist; a missing file means a missing split (QNLI has no local train.tsv). TREC has no development
-    set: its test file (TREC_10) is given both as `validation` and as `test`. SICK uses the `SemEval_set` column:
-    TRAIN/TRIAL/TEST -> train/validation/test.
-    """
-    spec = get_task(task_name)
+def _load_registered(spec: TaskSpec, data_dir: str | None, from_hub: bool | None) -> DatasetDict:
     if from_hub:
         return _load_from_hub(spec)
     data_dir = resolve_data_dir(data_dir)
-    path = _local_path(spec, data_dir)
-    if os.path.exists(path):
-        if spec.name in _GLUE_LAYOUTS:
-            dataset = _load_glue_local(spec, path)
-        elif spec.name.startswith("trec"):
-            dataset = _load_trec_local(spec, path)
-        elif spec.name.startswith("sick"):
-            dataset = _load_sick_local(spec, path)
-        else:
-            dataset = _load_conll_local(spec, path)
+    path = local_path(spec, data_dir)
+    if os.path.exists(path) and spec.reader is not None:
+        reader = READERS[spec.reader] if isinstance(spec.reader, str) else spec.reader
+        dataset = reader(spec, path)
         if not dataset:
             raise FileNotFoundError(f"{path} exists but holds none of the files of task {spec.name!r}.")
         return dataset
@@ -579,9 +495,50 @@ def load_task(task_name: str, data_dir: str | None = None, from_hub: bool | None
             ) from err
     raise FileNotFoundError(
         f"Task {spec.name!r}: local data {where} not found. Pass data_dir (--data_dir) pointing at the folder that "
-        f"holds glue/, trec/, sick/, conll2003/ and wnut17/ (or set HF_MULTIENCODER_DATA), or go online "
-        f"(unset HF_HUB_OFFLINE/HF_DATASETS_OFFLINE, or pass from_hub=True / --from_hub) to load it from the Hub."
+        f"holds it (or set HF_MULTIENCODER_DATA)"
+        + (", or go online (unset HF_HUB_OFFLINE/HF_DATASETS_OFFLINE, or pass from_hub=True / --from_hub) to load "
+           "it from the Hub." if spec.hub is not None else "; this task has no Hub copy.")
     )
+
+
+def load_task(
+    task: str | TaskSpec | None = None,
+    data_dir: str | None = None,
+    from_hub: bool | None = None,
+    *,
+    train_file: str | None = None,
+    validation_file: str | None = None,
+    test_file: str | None = None,
+    task_type: str | None = None,
+    label_column: str = "label",
+    text_columns: list[str] | None = None,
+) -> tuple[DatasetDict, TaskSpec]:
+    """Load a registered task, or your own files, as a `DatasetDict` in the normalised layout (module docstring) and
+    its `TaskSpec`: the same pair for every kind of task.
+
+    Args:
+        task: A registered task name (see `tasks.TASKS`: GLUE, TREC, SICK, CoNLL-2003, WNUT-17, MIT Movie/Restaurant,
+            clickbait, ISEAR, Emotion Stimulus, EmoBank, Facebook valence/arousal) or a `TaskSpec`. None: your files.
+        data_dir: The data folder (default: see `resolve_data_dir`).
+        from_hub: True: load from the Hub with `datasets.load_dataset` (skipping local files). False: local files
+            only. None (default): local files, and the Hub only if the task's local files are missing and the
+            Hugging Face offline mode is off.
+        train_file, validation_file, test_file: Your own files (CSV/TSV/JSON(L), or CoNLL with `task_type="token"`).
+        task_type: `"sequence"` (default) or `"token"` for your own files.
+        label_column, text_columns: Columns of your own CSV/JSON files (see `load_files`).
+
+    Splits: `train`, the task's `validation_splits` and `test` for the files that exist (QNLI has no local train.tsv).
+    Tasks without a dev set (TREC, MIT) give their test file as `validation` too; tasks without a split of their own
+    get the original project's (see each task's `description`).
+    """
+    if task is not None:
+        spec = get_task(task)
+        return _load_registered(spec, data_dir, from_hub), spec
+    if task_type not in (None, "sequence", "token"):
+        raise ValueError(f"`task_type` must be 'sequence' or 'token', got {task_type!r}.")
+    if task_type == "token":
+        return load_conll_files(train_file, validation_file, test_file)
+    return load_files(train_file, validation_file, test_file, label_column=label_column, text_columns=text_columns)
 
 
 _FILE_FORMATS = {".csv": "csv", ".tsv": "tsv", ".json": "json", ".jsonl": "json"}
@@ -592,12 +549,14 @@ def load_files(
     validation_file: str | None = None,
     test_file: str | None = None,
     label_column: str = "label",
+    text_columns: list[str] | None = None,
     cache_dir: str | None = None,
 ) -> tuple[DatasetDict, TaskSpec]:
     """Load your own CSV/TSV/JSON(L) files, with run_glue.py's conventions.
 
-    - Text: the columns `sentence1` (and `sentence2`) if present, else the first two non-label columns, or the
-      first one if there is only one (renamed to `sentence1`/`sentence2`).
+    - Text: `text_columns` if given (one or two names); else the columns `sentence1` (and `sentence2`) if present,
+      else the first two non-label columns, or the first one if there is only one (renamed to
+      `sentence1`/`sentence2`). The choice is logged.
     - Labels: a float label column means regression; anything else is classification with the label names sorted
       (label id = position in the sorted list). A test file may have no label column (labels become -1).
 
@@ -636,7 +595,11 @@ def load_files(
 
     reference = raw[labelled[0]]
     non_label = [c for c in reference.column_names if c != label_column]
-    if "sentence1" in non_label:
+    if text_columns:
+        text_columns = tuple(text_columns)
+        if len(text_columns) > 2:
+            raise ValueError(f"`text_columns` takes one or two columns (a sentence or a pair), got {text_columns}.")
+    elif "sentence1" in non_label:
         text_columns = ("sentence1", "sentence2") if "sentence2" in non_label else ("sentence1",)
     elif len(non_label) >= 2:
         text_columns = tuple(non_label[:2])
@@ -644,6 +607,9 @@ def load_files(
         text_columns = (non_label[0],)
     else:
         raise ValueError(f"{files[labelled[0]]}: no text column besides the label column {label_column!r}.")
+    shape = "a sentence pair" if len(text_columns) == 2 else "one sentence"
+    logger.info(f"Text column(s) {list(text_columns)} (read as {shape}), label column {label_column!r}; pass "
+                f"text_columns (--text_column_names) to choose others.")
 
     dtype = reference.features[label_column].dtype if isinstance(reference.features[label_column], Value) else None
     is_regression = dtype in ("float16", "float32", "float64")
@@ -653,16 +619,15 @@ def load_files(
         for split in labelled:
             values.update(v for v in raw[split].unique(label_column) if v is not None)
         label_list = sorted(values)
-    text_keys = _PAIR if len(text_columns) == 2 else _SINGLE
+    text_keys = PAIR if len(text_columns) == 2 else SINGLE
     spec = TaskSpec(
-        name="custom",
-        kind="sequence",
+        "custom",
         text_keys=text_keys,
         label_list=[str(v) for v in label_list] if label_list is not None else None,
         is_regression=is_regression,
-        main_metric="spearmanr" if is_regression else "accuracy",
         validation_splits=("validation",) if "validation" in raw else (),
-        hub=None,
+        display_name=os.path.basename(train_file or validation_file or test_file),
+        language=None,
     )
     value_to_id = {v: i for i, v in enumerate(label_list)} if label_list is not None else None
 
@@ -687,3 +652,64 @@ def load_files(
 
         out[split] = ds.map(convert, batched=True, remove_columns=ds.column_names, features=_sequence_features(spec))
     return DatasetDict(out), spec
+
+
+# ---- tokenization ---------------------------------------------------------------------------------------------------
+def tokenize_task(
+    raw: DatasetDict | Dataset,
+    spec: TaskSpec,
+    tokenizer,
+    max_length: int | None = 128,
+    padding: bool | str = False,
+    add_length: bool = True,
+    **map_kwargs,
+) -> DatasetDict | Dataset:
+    """Tokenize a loaded task for the model: its text columns become the tokenizer's inputs, the label column
+    `label` (sequence tasks) or `labels` (token tasks, one per word); the text and raw label columns are removed.
+
+    Works with a `MultiEncoderTokenizer` (per-member inputs) and with a plain tokenizer (a one-model baseline; token
+    tasks need the multi-tokenizer's word ids). `add_length` adds a `length` column (the longest member's length),
+    which `--group_by_length` samplers read and `MultiEncoderDataCollator` leaves out of the batch.
+    `map_kwargs` go to `datasets.map` (`desc`, `num_proc`, ...).
+    """
+    multi = hasattr(tokenizer, "num_encoders")
+    if spec.kind == "token" and not multi:
+        raise ValueError("Token tasks need a MultiEncoderTokenizer (word ids per member).")
+
+    def preprocess(examples):
+        if spec.kind == "token":
+            enc = tokenizer(examples["tokens"], is_split_into_words=True, truncation=True, max_length=max_length,
+                            padding=padding)
+            enc["labels"] = examples["ner_tags"]
+        else:
+            pairs = examples["sentence2"] if spec.is_pair else None
+            enc = tokenizer(examples["sentence1"], text_pair=pairs, truncation=True, max_length=max_length,
+                            padding=padding)
+            enc["label"] = examples["label"]
+        enc = dict(enc)
+        if add_length:
+            enc["length"] = [max(len(ids) for ids in member_ids) if multi else len(member_ids)
+                             for member_ids in enc["input_ids"]]
+        return enc
+
+    columns = raw.column_names
+    columns = columns[next(iter(columns))] if isinstance(columns, dict) else columns
+    map_kwargs.setdefault("desc", "Tokenizing for every member" if multi else "Tokenizing")
+    return raw.map(preprocess, batched=True, remove_columns=columns, **map_kwargs)
+
+
+__all__ = [
+    "READERS",
+    "TaskSpec",
+    "get_task",
+    "iob1_to_iob2",
+    "load_conll_files",
+    "load_files",
+    "load_task",
+    "local_path",
+    "read_conll",
+    "register_reader",
+    "register_task",
+    "resolve_data_dir",
+    "tokenize_task",
+]

@@ -34,7 +34,8 @@ import xxhash
 
 from .data_collator import MultiEncoderDataCollator
 from .modeling_multiencoder import pool_sentence
-from .tokenization_multiencoder import MemberTensors
+from .optimization import multiencoder_base
+from .tokenization_multiencoder import MemberTensors, pad_rows
 
 logger = logging.getLogger(__name__)
 
@@ -44,17 +45,9 @@ _CACHE_FORMAT_VERSION = "1"
 _TOKEN_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 
 
-def _base_model(model):
-    """The `MultiEncoderModel` inside a head (or the model itself)."""
-    base = getattr(model, "base_model", model)
-    if not hasattr(base, "encoders") or not hasattr(base, "encode_member"):
-        raise ValueError(f"{type(model).__name__} is not a multi-encoder model.")
-    return base
-
-
 def member_fingerprint(model, i: int) -> str:
     """A hash of member ``i``'s weights (bytes, names, shapes, dtypes), config and pooling method."""
-    base = _base_model(model)
+    base = multiencoder_base(model)
     member = base.encoders[i]
     hasher = xxhash.xxh3_128()
     hasher.update(json.dumps(base.config.encoders[i], sort_keys=True).encode())
@@ -83,11 +76,6 @@ def _check_cacheable(base, indices: list[int]) -> None:
             )
 
 
-def _pad(rows: list[list[int]], value: int) -> torch.Tensor:
-    target = max(len(r) for r in rows)
-    return torch.tensor([list(r) + [value] * (target - len(r)) for r in rows], dtype=torch.long)
-
-
 @torch.inference_mode()
 def _encode_batch(batch: dict, base, indices, pad_ids, column: str) -> dict:
     n = base.config.num_encoders
@@ -96,12 +84,12 @@ def _encode_batch(batch: dict, base, indices, pad_ids, column: str) -> dict:
     rows = [list(previous[b]) if previous is not None else [[] for _ in range(n)] for b in range(size)]
     device = next(base.parameters()).device
     for i in indices:
-        ids = _pad([ex[i] for ex in batch["input_ids"]], pad_ids[i]).to(device)  # (batch, seq_i)
-        mask = _pad([ex[i] for ex in batch["attention_mask"]], 0).to(device) if "attention_mask" in batch \
+        ids = pad_rows([ex[i] for ex in batch["input_ids"]], pad_ids[i]).to(device)  # (batch, seq_i)
+        mask = pad_rows([ex[i] for ex in batch["attention_mask"]], 0).to(device) if "attention_mask" in batch \
             else torch.ones_like(ids)
         token_types = None
         if "token_type_ids" in batch:
-            token_types = _pad([ex[i] for ex in batch["token_type_ids"]], 0).to(device)
+            token_types = pad_rows([ex[i] for ex in batch["token_type_ids"]], 0).to(device)
         last, hidden = base.encode_member(i, ids, mask, token_types)
         pooled = pool_sentence(base.config.encoder_poolings[i], last, hidden, mask)  # (batch, d_i)
         for b, vector in enumerate(pooled.float().cpu().tolist()):
@@ -138,7 +126,7 @@ def add_member_features(
         (float32 list of the member's pooled width) for cached members and `[]` for the others. An existing
         `column` is merged: entries of members not in `members` are kept.
     """
-    base = _base_model(model)
+    base = multiencoder_base(model)
     n = base.config.num_encoders
     indices = sorted({base.config.encoder_index(m) for m in members})
     if not indices:

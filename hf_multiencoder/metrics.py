@@ -1,9 +1,10 @@
 """Task metrics, as run_glue.py / run_ner.py report them, with an offline fallback.
 
-Sequence tasks use the GLUE metric definitions: CoLA `matthews_correlation`; STS-B and SICK relatedness `pearson`,
-`spearmanr` and `combined_score` (their mean); MRPC and QQP `accuracy`, `f1` and `combined_score`; every other task
-`accuracy`. They are computed with `evaluate.load("glue", ...)` when `evaluate` can load it; those metric scripts
-come from the Hub, so offline (`HF_HUB_OFFLINE`/`HF_EVALUATE_OFFLINE` set, or the Hub unreachable) the same
+Each task names its metric family in its registry entry (`tasks.py`); the families use the GLUE metric definitions:
+`matthews` (CoLA) `matthews_correlation`; `correlation` (regression) `pearson`, `spearmanr` and `combined_score` (their
+mean); `accuracy_f1` (MRPC, QQP) `accuracy`, `f1` and `combined_score`; `accuracy_macro_f1` `accuracy` and
+`macro_f1`; `accuracy` `accuracy`. They are computed with `evaluate.load("glue", ...)` when `evaluate` can load it;
+those metric scripts come from the Hub, so offline (Hugging Face offline mode, or the Hub unreachable) the same
 formulas run through scikit-learn and scipy instead. `metric_backend()` says which one was used.
 
 Token tasks use seqeval (entity level, default mode, IOB2 tags): `overall_precision`, `overall_recall`,
@@ -18,14 +19,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from huggingface_hub import is_offline_mode
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import f1_score, matthews_corrcoef
 
-from .data import TaskSpec, get_task
+from .modeling_multiencoder import mean_fusion_weights, word_tags
+from .tasks import TaskSpec, get_task
 
 logger = logging.getLogger(__name__)
-
-_TRUE_VALUES = {"1", "ON", "YES", "TRUE"}
 
 # Metric family -> arguments of `evaluate.load` that compute it.
 _EVALUATE_ARGS: dict[str, tuple[str, ...]] = {
@@ -33,8 +34,8 @@ _EVALUATE_ARGS: dict[str, tuple[str, ...]] = {
     "correlation": ("glue", "stsb"),
     "accuracy_f1": ("glue", "mrpc"),
     "accuracy": ("accuracy",),
+    "accuracy_macro_f1": ("accuracy",),  # + macro F1 (below)
 }
-_TASK_FAMILIES = {"cola": "matthews", "mrpc": "accuracy_f1", "qqp": "accuracy_f1"}
 
 _evaluate_metrics: dict[str, Any] = {}  # family -> loaded `evaluate` metric, or None when it could not be loaded
 _evaluate_unreachable = False  # set after the first failed load: the next families do not retry (no repeated waits)
@@ -42,10 +43,8 @@ _last_backend: str | None = None
 
 
 def _evaluate_disabled() -> bool:
-    flags = ("HF_HUB_OFFLINE", "HF_EVALUATE_OFFLINE")
-    if any(os.environ.get(flag, "").upper() in _TRUE_VALUES for flag in flags):
-        return True
-    return os.environ.get("HF_MULTIENCODER_METRICS", "").lower() == "fallback"
+    """Hugging Face offline mode (as `huggingface_hub` reads it), or `HF_MULTIENCODER_METRICS=fallback`."""
+    return is_offline_mode() or os.environ.get("HF_MULTIENCODER_METRICS", "").lower() == "fallback"
 
 
 def _load_evaluate_metric(family: str) -> Any | None:
@@ -78,12 +77,6 @@ def metric_backend() -> str:
 
 def _resolve(task: TaskSpec | str) -> TaskSpec:
     return get_task(task) if isinstance(task, str) else task
-
-
-def _family(spec: TaskSpec) -> str:
-    if spec.is_regression:
-        return "correlation"
-    return _TASK_FAMILIES.get(spec.name, "accuracy")
 
 
 def _fallback(family: str, predictions: np.ndarray, references: np.ndarray) -> dict[str, float]:
@@ -129,7 +122,7 @@ def compute_task_metrics(task: TaskSpec | str, predictions: Any, references: Any
     if predictions.size == 0:
         raise ValueError(f"{spec.name}: no predictions to score.")
 
-    family = _family(spec)
+    family = spec.metric
     metric = _load_evaluate_metric(family)
     if metric is not None:
         result = {k: float(v) for k, v in metric.compute(predictions=predictions, references=references).items()}
@@ -141,6 +134,8 @@ def compute_task_metrics(task: TaskSpec | str, predictions: Any, references: Any
         result["combined_score"] = (result["pearson"] + result["spearmanr"]) / 2
     elif family == "accuracy_f1":
         result["combined_score"] = (result["accuracy"] + result["f1"]) / 2
+    elif family == "accuracy_macro_f1":
+        result["macro_f1"] = float(f1_score(y_true=references, y_pred=predictions, average="macro"))
     return result
 
 
@@ -153,28 +148,81 @@ def main_metric_value(task: TaskSpec | str, metrics: dict[str, float]) -> float:
     raise ValueError(f"{spec.name}: main metric {spec.main_metric!r} is not among the metrics {sorted(metrics)}.")
 
 
-def _first(array_or_tuple: Any) -> np.ndarray:
-    """Model outputs may be a tuple (logits, extra outputs...): keep the logits."""
-    if isinstance(array_or_tuple, (tuple, list)):
-        array_or_tuple = array_or_tuple[0]
-    return np.asarray(array_or_tuple)
+# ---- fusion weights in metrics --------------------------------------------------------------------------------------
+FUSION_WEIGHT_PREFIX = "fusion_weight_"
 
 
-def build_compute_metrics(task: TaskSpec | str) -> Callable[[Any], dict[str, float]]:
-    """A `compute_metrics` function for `Trainer`: argmax of the logits (squeeze for regression), then the task's
-    metrics. Token tasks get `build_ner_compute_metrics(task.label_list)`."""
+def fusion_weight_metrics(weights: dict[str, float]) -> dict[str, float]:
+    """`{member: mean weight}` as metric entries named by member: `{"fusion_weight_MiniLM": 0.26, ...}` (the Trainer
+    adds `eval_`)."""
+    return {f"{FUSION_WEIGHT_PREFIX}{name}": float(w) for name, w in weights.items()}
+
+
+def fusion_weights_from_metrics(metrics: dict[str, Any], encoder_names: Sequence[str]) -> dict[str, float] | None:
+    """The members' mean fusion weights back from an evaluation's metrics (keys with or without `eval_`), or None if
+    the evaluation has none for some member (fusions without weights)."""
+    weights = {}
+    for name in encoder_names:
+        key = f"{FUSION_WEIGHT_PREFIX}{name}"
+        value = metrics.get(key, metrics.get(f"eval_{key}"))
+        if value is None:
+            return None
+        weights[name] = float(value)
+    return weights
+
+
+def is_fusion_weight_metric(key: str, encoder_names: Sequence[str]) -> bool:
+    return key.removeprefix("eval_") in {f"{FUSION_WEIGHT_PREFIX}{name}" for name in encoder_names}
+
+
+# ---- Trainer compute_metrics ----------------------------------------------------------------------------------------
+def _split_outputs(predictions: Any, spec: TaskSpec, num_encoders: int | None):
+    """The model's outputs as the Trainer gathers them, `logits[, fusion_weights][, word_mask]` (fields that are None
+    are absent), to `(logits, fusion_weights or None, word_mask or None)`."""
+    outputs = predictions if isinstance(predictions, (tuple, list)) else (predictions,)
+    logits, rest = np.asarray(outputs[0]), [np.asarray(x) for x in outputs[1:]]
+    weights = next((x for x in rest if num_encoders and x.ndim == logits.ndim and x.shape[-1] == num_encoders), None)
+    word_mask = next((x for x in rest if spec.kind == "token" and x.ndim == 2), None)
+    return logits, weights, word_mask
+
+
+def build_compute_metrics(task: TaskSpec | str, encoder_names: Sequence[str] | None = None,
+                          ) -> Callable[[Any], dict[str, float]]:
+    """A `compute_metrics` function for `Trainer`.
+
+    Sequence tasks: argmax of the logits (squeezed for regression), then the task's metrics. Token tasks: the word
+    logits decoded by `word_tags` (positions labelled -100 left out; words every member cut off tagged "O"), then
+    seqeval. With `encoder_names`, each member's mean fusion weight over the evaluated examples (words for token tasks)
+    is added as `fusion_weight_<member>` (`mean_fusion_weights`), when the model returns weights.
+    """
     spec = _resolve(task)
-    if spec.kind == "token":
-        return build_ner_compute_metrics(spec.label_list)
+    names = list(encoder_names) if encoder_names else None
 
     def compute_metrics(p: Any) -> dict[str, float]:
-        logits = _first(p.predictions)
-        labels = _first(p.label_ids)
-        if spec.is_regression:
-            preds = logits.reshape(-1) if logits.ndim > 1 and logits.shape[-1] == 1 else logits
+        logits, weights, word_mask = _split_outputs(p.predictions, spec, len(names) if names else None)
+        labels = np.asarray(p.label_ids[0] if isinstance(p.label_ids, (tuple, list)) else p.label_ids)
+        mask = None
+        if spec.kind == "token":
+            mask = labels != -100  # padding (and any position a user chose to ignore)
+            seen = word_mask if word_mask is not None else np.ones(labels.shape, dtype=np.int64)
+            pred_ids = logits if logits.ndim == labels.ndim else None
+            if pred_ids is not None:  # already ids: one-hot them so that `word_tags` decodes them unchanged
+                logits = np.eye(len(spec.label_list))[np.clip(pred_ids, 0, None)]
+            if logits.shape[:2] != labels.shape:
+                raise ValueError(f"Predictions of shape {logits.shape[:2]} do not match labels of shape "
+                                 f"{labels.shape}.")
+            pred_tags = word_tags(logits, seen, mask, dict(enumerate(spec.label_list)))
+            true_tags = [[spec.label_list[i] for i in row[keep]] for row, keep in zip(labels, mask)]
+            metrics = ner_metrics(true_tags, pred_tags)
         else:
-            preds = logits.argmax(axis=-1) if logits.ndim > 1 else logits
-        return compute_task_metrics(spec, preds, labels)
+            if spec.is_regression:
+                preds = logits.reshape(-1) if logits.ndim > 1 and logits.shape[-1] == 1 else logits
+            else:
+                preds = logits.argmax(axis=-1) if logits.ndim > 1 else logits
+            metrics = compute_task_metrics(spec, preds, labels)
+        if weights is not None:
+            metrics.update(fusion_weight_metrics(mean_fusion_weights(weights, names, mask)))
+        return metrics
 
     return compute_metrics
 
@@ -208,25 +256,7 @@ def ner_metrics(true_tags: Sequence[Sequence[str]], pred_tags: Sequence[Sequence
     return results
 
 
-def build_ner_compute_metrics(label_list: Sequence[str]) -> Callable[[Any], dict[str, float]]:
-    """A `compute_metrics` function for `Trainer` on word-level token classification.
-
-    Predictions are logits (batch, words, labels) (or a tuple whose first element they are), label ids are
-    (batch, words) with -100 on padding / ignored words; those positions are dropped, ids become tag names.
-    """
-    label_list = list(label_list)
-
-    def compute_metrics(p: Any) -> dict[str, float]:
-        logits = _first(p.predictions)
-        labels = _first(p.label_ids)
-        pred_ids = logits.argmax(axis=-1) if logits.ndim == labels.ndim + 1 else logits
-        if pred_ids.shape != labels.shape:
-            raise ValueError(f"Predictions of shape {pred_ids.shape} do not match labels of shape {labels.shape}.")
-        true_tags, pred_tags = [], []
-        for pred_row, label_row in zip(pred_ids, labels):
-            keep = label_row != -100
-            true_tags.append([label_list[i] for i in label_row[keep]])
-            pred_tags.append([label_list[i] for i in pred_row[keep]])
-        return ner_metrics(true_tags, pred_tags)
-
-    return compute_metrics
+def build_ner_compute_metrics(label_list: Sequence[str], encoder_names: Sequence[str] | None = None,
+                              ) -> Callable[[Any], dict[str, float]]:
+    """`build_compute_metrics` for a token task with these tags (your own CoNLL files)."""
+    return build_compute_metrics(TaskSpec("custom_ner", kind="token", label_list=list(label_list)), encoder_names)

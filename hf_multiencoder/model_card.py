@@ -15,6 +15,7 @@ import os
 import platform
 import re
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -24,6 +25,9 @@ from huggingface_hub.repocard_data import EvalResult, eval_results_to_model_inde
 from huggingface_hub.utils import yaml_dump
 from transformers import TrainerCallback
 from transformers.modelcard import make_markdown_table
+
+from .metrics import fusion_weights_from_metrics, is_fusion_weight_metric
+from .optimization import parameter_members
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +51,6 @@ _NOT_METRICS = {
     "loss", "runtime", "samples_per_second", "steps_per_second", "epoch", "step", "samples",
     "model_preparation_time", "num_input_tokens_seen", "total_flos", "jit_compilation_time",
 }
-_FUSION_WEIGHT_KEY = re.compile(r"fusion_weight_(\d+)")
 _HUB_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[A-Za-z0-9][\w.\-]*)?$")
 _ACRONYMS = {"f1": "F1", "mcc": "MCC", "auc": "AUC", "roc": "ROC"}
 
@@ -66,122 +69,10 @@ FUSIONS = {
     "mean": "each member's vector is projected to a common size and the projections are averaged",
 }
 
-MODEL_CARD_TEMPLATE = """---
-# For reference on model card metadata, see the spec: https://github.com/huggingface/hub-docs/blob/main/modelcard.md?plain=1
-# Doc / guide: https://huggingface.co/docs/hub/model-cards
-{{ card_data }}
----
-
-# {{ model_name }}
-
-This is a multi-encoder model for {{ task_name }}{% if dataset_id %} trained on \
-[{{ dataset_name if dataset_name else dataset_id }}](https://huggingface.co/datasets/{{ dataset_id }})\
-{% if dataset_config %} (`{{ dataset_config }}`){% endif %}{% elif dataset_name %} trained on {{ dataset_name }}\
-{% endif %}: {{ members | length }} pretrained encoders tuned together with `hf_multiencoder`, a plugin for \
-🤗 Transformers. Every member reads the input with its own tokenizer; {{ fusion_description }}; a linear head sits on \
-the fused vector.
-
-## Model Details
-
-### Model Description
-- **Model Type:** Multi-encoder, `{{ fusion }}` fusion{% if fusion_gating %} ({{ fusion_gating }} gating){% endif %}
-- **Members:** {% for m in members %}{{ m.link }}{{ ", " if not loop.last else "" }}{% endfor %}
-- **Fused Size:** {{ fused_size }}
-{% if num_labels -%}
-- **Number of Labels:** {{ num_labels }}{% if labels %} ({{ labels | join(", ") }}){% endif %}
-{% endif -%}
-{% if dataset_id -%}
-- **Training Dataset:** [{{ dataset_name if dataset_name else dataset_id }}]\
-(https://huggingface.co/datasets/{{ dataset_id }})
-{% endif -%}
-{% if language -%}
-- **Language:** {{ language if language is string else language | join(", ") }}
-{% endif -%}
-{% if license -%}
-- **License:** {{ license }}
-{% endif %}
-### Members
-{{ members_table }}
-{%- if fusion_weights_plot %}
-![Mean fusion weight of each member on the {{ fusion_weights_split }} split]({{ fusion_weights_plot }})
-{% endif %}
-{%- if fusion_weights %}
-The fusion weight column is each member's mean weight in the fused vector over the {{ fusion_weights_split }} split \
-{%- if fusion_gating == "softmax" %} (the weights of one input sum to 1){% endif %}.
-{% endif %}
-{%- if fusion_examples_table %}
-### Fusion Weights of Example Inputs
-{{ fusion_examples_table }}{% endif %}
-{%- if metrics_table %}
-## Evaluation
-
-### Metrics
-{{ metrics_table }}{% endif %}
-## Uses
-
-### Direct Use for Inference
-
-The model's code (`configuration_multiencoder.py`, `fusion_multiencoder.py`, `modeling_multiencoder.py`,
-`tokenization_multiencoder.py`) lives in this repository, so loading it needs `trust_remote_code=True`, which runs
-that code on your machine: read it first, and pin the `revision` you have read.
-
-```python
-from transformers import {{ auto_class }}, AutoTokenizer
-
-model_id = "{{ model_id }}"
-revision = "{{ revision }}"{% if not revision_pinned %}  # replace with the commit hash you have reviewed{% endif %}
-model = {{ auto_class }}.from_pretrained(model_id, trust_remote_code=True, revision=revision)
-tokenizer = AutoTokenizer.from_pretrained(model_id, trust_remote_code=True, revision=revision)
-{% if pipeline_tag == "text-classification" %}
-# Predictions, and how much each member weighed in every input (DME/CDME fusion)
-result = model.predict_with_fusion_weights(tokenizer, [{{ predict_example | tojson }}])
-print(result["Predictions"], result["DME scores"])
-{%- elif pipeline_tag == "token-classification" %}
-# Tags, entity spans, and how much each member weighed in every word (DME/CDME fusion)
-result = model.predict_tags(tokenizer, [{{ predict_example | tojson }}])
-print(result[0]["tags"], result[0]["entities"])
-{%- else %}
-batch = tokenizer([{{ predict_example | tojson }}], padding=True, return_tensors="pt")
-outputs = model(**batch)
-print(outputs.pooler_output.shape, outputs.fusion_weights)
-{%- endif %}
-```
-
-### Reusing a Member on Its Own
-
-Each member, as tuned inside this model, can be saved as a standalone 🤗 Transformers model with its tokenizer:
-
-```python
-model.export_encoder({{ members[0].name | tojson }}, "exported-member", tokenizer=tokenizer)
-```
-
-## Training Details
-{% if hyperparameters %}
-### Training Hyperparameters
-{% for name, value in hyperparameters.items() %}- {{ name }}: {{ value }}
-{% endfor %}{% endif %}
-{%- if eval_lines %}
-### Training Results
-{{ eval_lines }}{% endif %}
-### Framework Versions
-{% for name, value in version.items() %}- {{ name }}: {{ value }}
-{% endfor %}
-{%- if fusion in ("dme", "cdme") %}
-## Citation
-
-### BibTeX
-```bibtex
-@inproceedings{kiela-etal-2018-dynamic,
-    title = "Dynamic Meta-Embeddings for Improved Sentence Representations",
-    author = "Kiela, Douwe and Wang, Changhan and Cho, Kyunghyun",
-    booktitle = "Proceedings of the 2018 Conference on Empirical Methods in Natural Language Processing",
-    year = "2018",
-    publisher = "Association for Computational Linguistics",
-    url = "https://aclanthology.org/D18-1176",
-    pages = "1466--1477",
-}
-```
-{% endif %}"""
+# The card's Jinja template (rendered by `huggingface_hub.ModelCard.from_template`), a file of its own. A line ending
+# in a backslash continues on the next line (the two are joined, as in Python source), so the file can stay readable.
+MODEL_CARD_TEMPLATE_PATH = Path(__file__).with_name("model_card_template.md")
+MODEL_CARD_TEMPLATE = MODEL_CARD_TEMPLATE_PATH.read_text(encoding="utf-8").replace("\\\n", "")
 
 
 def is_hub_model_id(name: str | None) -> bool:
@@ -225,11 +116,9 @@ def member_learning_rates(model, optimizer) -> dict[str, Any]:
     Trainer's default optimizer alike. Returns ``{member name: [rates], ..., "head": [rates]}`` (the rates a
     scheduler started from; several per member with layer-wise decay, none for a frozen member).
     """
-    base = model.base_model
     names = list(model.config.encoder_names)
-    owner = {}
-    for i, member in enumerate(base.encoders):
-        owner.update({id(p): names[i] for p in member.parameters()})
+    members = parameter_members(model)
+    owner = {id(p): names[members[n]] for n, p in model.named_parameters() if members[n] is not None}
     rates: dict[str, set[float]] = {name: set() for name in [*names, "head"]}
     for group in optimizer.param_groups:
         lr = group.get("initial_lr", group["lr"])
@@ -405,24 +294,24 @@ class MultiEncoderModelCardData(CardData):
     def set_eval_results(self, metrics: dict[str, Any], split: str | None = None) -> None:
         """Record an evaluation (the Trainer's `eval_*` metrics) under `split` (default: `eval_split`).
 
-        `fusion_weight_<i>` entries (as `run_glue_multi.py`'s `compute_metrics` reports them) become the members'
-        mean fusion weights; bookkeeping (loss, runtime, ...) is left out. A later evaluation of a split replaces the
+        `fusion_weight_<member>` entries (as `metrics.build_compute_metrics` reports them) become the members' mean
+        fusion weights; bookkeeping (loss, runtime, ...) is left out. A later evaluation of a split replaces the
         earlier one.
         """
         split = split or self.eval_split
-        results, weights = {}, {}
+        names = [m["name"] for m in self.members]
+        results = {}
         for key, value in metrics.items():
             key = key.removeprefix("eval_")
-            match = _FUSION_WEIGHT_KEY.fullmatch(key)
-            if match:
-                weights[int(match.group(1))] = float(value)
-            elif key not in _NOT_METRICS and isinstance(value, (int, float)) and not isinstance(value, bool):
+            if is_fusion_weight_metric(key, names) or key in _NOT_METRICS:
+                continue
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
                 results[key] = float(value)
         if results:
             self.eval_results_dict[split] = results
-        names = [m["name"] for m in self.members]
-        if names and sorted(weights) == list(range(len(names))):
-            self.fusion_weights_dict[split] = {names[i]: weights[i] for i in range(len(names))}
+        weights = fusion_weights_from_metrics(metrics, names) if names else None
+        if weights is not None:
+            self.fusion_weights_dict[split] = weights
 
     def set_fusion_weights(self, weights: dict[str, float] | list[float], split: str | None = None) -> None:
         """Record each member's mean fusion weight on `split` (a `{member: weight}` dict or one value per member)."""
@@ -443,9 +332,10 @@ class MultiEncoderModelCardData(CardData):
             "Step": step,
             "Validation Loss": metrics.get("eval_loss", "-"),
         }
+        names = [m["name"] for m in self.members]
         for key, value in metrics.items():
             key = key.removeprefix("eval_")
-            if key not in _NOT_METRICS and not _FUSION_WEIGHT_KEY.fullmatch(key) and isinstance(value, (int, float)):
+            if key not in _NOT_METRICS and not is_fusion_weight_metric(key, names) and isinstance(value, (int, float)):
                 line[pretty_metric_name(key)] = value
         self.eval_lines_list = [row for row in self.eval_lines_list if row["Step"] != step] + [line]
 
@@ -630,7 +520,7 @@ class ModelCardCallback(TrainerCallback):
 
     Reads the model at `on_init_end`, the hyperparameters and each member's learning rate at `on_train_begin`,
     the last training loss at `on_log`, and every evaluation at `on_evaluate` (reported under
-    `card_data.eval_split`; `fusion_weight_<i>` metrics become the members' mean fusion weights).
+    `card_data.eval_split`; `fusion_weight_<member>` metrics become the members' mean fusion weights).
     """
 
     def __init__(self, card_data: MultiEncoderModelCardData | None = None):

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
-from transformers import AutoModel, PreTrainedModel
+from transformers import AutoConfig, AutoModel, PreTrainedModel
 from transformers import initialization as init
 from transformers.utils import ModelOutput
 
-from .configuration_multiencoder import MultiEncoderConfig
+from .configuration_multiencoder import MultiEncoderConfig, set_member_dropout
 from .fusion_multiencoder import build_fusion
 
 _INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids", "word_ids")
@@ -154,6 +154,7 @@ def _member_major(value, n: int, key: str, pad_values: list[int]) -> list[torch.
         if len(example) != n:
             raise ValueError(f"`{key}` of example {b} has inputs for {len(example)} member encoders but the model "
                              f"has {n}.")
+    # torch's own padding (the model does not import the tokenizer's `pad_rows`: its shipped code stays separate)
     return [
         nn.utils.rnn.pad_sequence([example[i].reshape(-1) for example in value], batch_first=True,
                                   padding_value=pad_values[i])  # (batch, max seq_i)
@@ -175,6 +176,52 @@ def _as_list(value, n: int, key: str) -> list:
             f"inputs (was the tokenizer built for other members?)."
         )
     return list(value)
+
+
+# ---- reading outputs: fusion weights by member, word tags --------------------------------------------------------
+def mean_fusion_weights(weights, encoder_names: list[str], mask=None) -> dict[str, float]:
+    """Each member's mean fusion weight, keyed by its display name: ``{"MiniLM": 0.26, "MPNet": 0.74}``.
+
+    The one place fusion weights are averaged: the metrics (``eval_fusion_weight_<member>``), ``fusion_weights.json``,
+    the model card, the demo and the sweeps all use it. ``weights``: ``(batch, n)`` or ``(batch, words, n)``, a tensor
+    or an array (a whole data set's, concatenated); ``mask``: ``(batch,)`` or ``(batch, words)``, true for the rows
+    that count (word level: the real words).
+    """
+    w = torch.as_tensor(weights).double()
+    if w.size(-1) != len(encoder_names):
+        raise ValueError(f"Fusion weights for {w.size(-1)} members but {len(encoder_names)} member names.")
+    w = w.reshape(-1, w.size(-1))
+    if mask is not None:
+        w = w[torch.as_tensor(mask).reshape(-1).bool()]
+    return {name: float(w[:, i].mean()) for i, name in enumerate(encoder_names)}
+
+
+def fusion_weights_per_example(weights, encoder_names: list[str], lengths=None, digits: int = 4) -> list:
+    """Per example ``{member: weight}`` (sentence level) or one such dict per word, cut to ``lengths[b]`` words (word
+    level), rounded to ``digits``."""
+    rows = torch.as_tensor(weights).float().cpu().tolist()
+
+    def named(row):
+        return {name: round(w, digits) for name, w in zip(encoder_names, row)}
+
+    if rows and isinstance(rows[0][0], list):  # word level
+        return [[named(word) for word in example[:None if lengths is None else lengths[b]]]
+                for b, example in enumerate(rows)]
+    return [named(row) for row in rows]
+
+
+def word_tags(logits, word_mask, keep, id2label: dict, outside: str = "O") -> list[list[str]]:
+    """Word-level logits to one tag per kept word: the one decoding of token-classification outputs.
+
+    ``logits``: ``(batch, words, labels)``; ``word_mask``: ``(batch, words)``, 0 where no member saw the word (all cut
+    it off; tagged ``outside``); ``keep``: ``(batch, words)``, true for the words to return (the real words: padding
+    and ignored positions left out). ``predict_tags``, the metrics and ``run_glue_multi.py --do_predict`` use it.
+    """
+    pred = torch.as_tensor(logits).argmax(-1)  # (batch, words)
+    seen = torch.as_tensor(word_mask) != 0
+    keep = torch.as_tensor(keep).bool()
+    return [[id2label[int(pred[b, j])] if seen[b, j] else outside for j in torch.nonzero(keep[b]).flatten().tolist()]
+            for b in range(pred.size(0))]
 
 
 # ---- models ------------------------------------------------------------------------------------------------------
@@ -223,19 +270,27 @@ class MultiEncoderPreTrainedModel(PreTrainedModel):
     def from_encoders(cls, encoders, encoder_names=None, encoder_kwargs=None, **kwargs):
         """Assemble a model from pretrained member checkpoints (any name or folder ``AutoModel`` accepts).
 
-        Member weights are loaded as they are; only the fusion and the head are new. ``kwargs`` go to the config
-        (``fusion=``, ``pooling=``, ``num_labels=``, ``id2label=``, ...).
+        Each member is loaded once, with its dropout override (``encoder_dropout``) already in its config, and becomes
+        part of the model as it is (no random copy, no weight copying): only the fusion and the head are new.
+        ``kwargs`` go to the config (``fusion=``, ``pooling=``, ``num_labels=``, ``id2label=``, ...).
         """
         if isinstance(encoders, str) or not encoders:
             raise ValueError("`encoders` must be a non-empty list of checkpoint names or folders.")
-        members = [AutoModel.from_pretrained(name, **(encoder_kwargs or {})) for name in encoders]
+        encoder_kwargs = dict(encoder_kwargs or {})
+        dropouts = kwargs.get("encoder_dropout")
+        dropouts = dropouts if isinstance(dropouts, (list, tuple)) else [dropouts] * len(encoders)
+        if len(dropouts) != len(encoders):
+            raise ValueError(f"`encoder_dropout` has {len(dropouts)} values for {len(encoders)} member encoders.")
+        members = []
+        for name, dropout in zip(encoders, dropouts):
+            member_config = AutoConfig.from_pretrained(name, **encoder_kwargs)
+            if dropout is not None:
+                set_member_dropout(member_config, dropout)
+            members.append(AutoModel.from_pretrained(name, config=member_config, **encoder_kwargs))
         config = MultiEncoderConfig.from_encoder_configs(
             [m.config for m in members], encoder_names=encoder_names or [str(e) for e in encoders], **kwargs
         )
-        model = cls(config)
-        for i, member in enumerate(members):
-            model.base_model.load_member_state_dict(i, member.state_dict())
-        return model
+        return cls(config, encoders=members)
 
 
 class MultiEncoderModel(MultiEncoderPreTrainedModel):
@@ -246,14 +301,22 @@ class MultiEncoderModel(MultiEncoderPreTrainedModel):
     (``config.word_pooling``) and the word vectors are fused word by word.
     """
 
-    def __init__(self, config: MultiEncoderConfig, word_level: bool = False):
+    def __init__(self, config: MultiEncoderConfig, word_level: bool = False, encoders: list | None = None):
+        r"""
+        encoders (`list[PreTrainedModel]`, *optional*):
+            Live member models (as ``VisionTextDualEncoderModel(vision_model=, text_model=)`` takes them), used as they
+            are; by default each member is built from its config in ``config.encoders`` (random weights, to be
+            overwritten by ``from_pretrained``).
+        """
         super().__init__(config)
         if config.num_encoders == 0:
             raise ValueError("MultiEncoderConfig has no member encoders: build it with `encoders=[...]`.")
+        if encoders is not None and len(encoders) != config.num_encoders:
+            raise ValueError(f"{len(encoders)} live member models for a config with {config.num_encoders} members.")
         self.word_level = word_level
         self.encoders = nn.ModuleList()
         for i in range(config.num_encoders):
-            member = AutoModel.from_config(config.get_encoder_config(i))
+            member = encoders[i] if encoders is not None else AutoModel.from_config(config.get_encoder_config(i))
             if isinstance(getattr(member, "pooler", None), nn.Module):
                 member.pooler = None  # unused (we pool ourselves): keeps every parameter trained and DDP happy
             self.encoders.append(member)
@@ -276,13 +339,6 @@ class MultiEncoderModel(MultiEncoderPreTrainedModel):
     @property
     def output_size(self) -> int:
         return self.fusion.output_size
-
-    def load_member_state_dict(self, i: int, state_dict: dict) -> None:
-        """Load pretrained weights into member ``i`` (strict, except for the pooler we do not use)."""
-        member = self.encoders[i]
-        own = set(member.state_dict())
-        state_dict = {k: v for k, v in state_dict.items() if k in own or not k.startswith("pooler.")}
-        member.load_state_dict(state_dict, strict=True)
 
     def encode_member(self, i, input_ids, attention_mask, token_type_ids=None):
         """Run member ``i``; returns its last hidden state and (if its pooling needs them) all hidden states."""
@@ -380,10 +436,10 @@ class MultiEncoderForSequenceClassification(MultiEncoderPreTrainedModel):
     """Multi-encoder with a linear head on the fused sentence vector: single-label or multi-label classification,
     or regression, by ``config.problem_type`` (as transformers' own heads)."""
 
-    def __init__(self, config: MultiEncoderConfig):
+    def __init__(self, config: MultiEncoderConfig, encoders: list | None = None):
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.multiencoder = MultiEncoderModel(config)
+        self.multiencoder = MultiEncoderModel(config, encoders=encoders)
         self.dropout = nn.Dropout(config.classifier_dropout or 0.0)
         self.classifier = nn.Linear(self.multiencoder.output_size, config.num_labels)
         self.post_init()
@@ -453,18 +509,17 @@ class MultiEncoderForSequenceClassification(MultiEncoderPreTrainedModel):
             if out.fusion_weights is None:
                 scores.extend([None] * len(chunk))
             else:
-                for row in out.fusion_weights.float().cpu().tolist():
-                    scores.append({name: round(w, 4) for name, w in zip(self.config.encoder_names, row)})
+                scores.extend(fusion_weights_per_example(out.fusion_weights, self.config.encoder_names))
         return {"Sentences": list(sentences), "Predictions": preds, "DME scores": scores}
 
 
 class MultiEncoderForTokenClassification(MultiEncoderPreTrainedModel):
     """Multi-encoder tagger: members' subword states pooled to words, fused per word, a linear head per word."""
 
-    def __init__(self, config: MultiEncoderConfig):
+    def __init__(self, config: MultiEncoderConfig, encoders: list | None = None):
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.multiencoder = MultiEncoderModel(config, word_level=True)
+        self.multiencoder = MultiEncoderModel(config, word_level=True, encoders=encoders)
         self.dropout = nn.Dropout(config.classifier_dropout or 0.0)
         self.classifier = nn.Linear(self.multiencoder.output_size, config.num_labels)
         self.post_init()
@@ -521,19 +576,14 @@ class MultiEncoderForTokenClassification(MultiEncoderPreTrainedModel):
             batch = tokenizer(chunk, is_split_into_words=True, truncation=True, max_length=max_length,
                               return_tensors="pt").to(self.device)
             out = self(**batch)
-            pred = out.logits.argmax(-1).masked_fill(out.word_mask == 0, 0).tolist()
-            weights = None if out.fusion_weights is None else out.fusion_weights.float().cpu().tolist()
+            lengths = [len(words) for words in chunk]
+            keep = torch.arange(out.logits.size(1)).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
+            tags = word_tags(out.logits.cpu(), out.word_mask.cpu(), keep, self.config.id2label)
+            weights = None if out.fusion_weights is None else fusion_weights_per_example(
+                out.fusion_weights, self.config.encoder_names, lengths=lengths)
             for b, words in enumerate(chunk):
-                tags = [self.config.id2label[i] for i in pred[b][:len(words)]]
-                results.append({
-                    "words": words,
-                    "tags": tags,
-                    "entities": tags_to_spans(words, tags),
-                    "fusion_weights": None if weights is None else [
-                        {name: round(w, 4) for name, w in zip(self.config.encoder_names, row)}
-                        for row in weights[b][:len(words)]
-                    ],
-                })
+                results.append({"words": words, "tags": tags[b], "entities": tags_to_spans(words, tags[b]),
+                                "fusion_weights": None if weights is None else weights[b]})
         return results
 
 
@@ -561,5 +611,8 @@ __all__ = [
     "MultiEncoderModelOutput",
     "MultiEncoderSequenceClassifierOutput",
     "MultiEncoderTokenClassifierOutput",
+    "fusion_weights_per_example",
+    "mean_fusion_weights",
     "tags_to_spans",
+    "word_tags",
 ]

@@ -24,20 +24,28 @@ _NO_DECAY_PATTERNS = [r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)"
 _LAYER_INDEX = re.compile(r"(?:^|\.)(?:layer|layers|block|blocks)\.(\d+)\.")
 
 
-def _base(model: nn.Module):
-    """The MultiEncoderModel inside a head (or the model itself) and the prefix of its members' parameters."""
-    prefix = getattr(model, "base_model_prefix", "")
-    inner = getattr(model, prefix, None) if prefix else None
-    if inner is not None and hasattr(inner, "encoders"):
-        return inner, f"{prefix}.encoders."
-    if hasattr(model, "encoders"):
-        return model, "encoders."
-    raise ValueError(f"{type(model).__name__} is not a multi-encoder model (no `encoders`).")
+def multiencoder_base(model: nn.Module) -> nn.Module:
+    """The `MultiEncoderModel` (members + fusion) inside a head, a wrapper (peft, DDP) or the model itself."""
+    for module in model.modules():
+        if isinstance(getattr(module, "encoders", None), nn.ModuleList) and hasattr(module, "fusion"):
+            return module
+    raise ValueError(f"{type(model).__name__} is not a multi-encoder model (no `encoders` and `fusion`).")
+
+
+def parameter_members(model: nn.Module) -> dict[str, int | None]:
+    """Each parameter's member: `{name: member index}`, None for what is not in a member (fusion, head).
+
+    The one map from parameters to members (the optimizer groups, the model card's learning rates, freezing): by
+    identity, so parameter names, prefixes and wrappers do not matter.
+    """
+    base = multiencoder_base(model)
+    owner = {id(p): i for i, member in enumerate(base.encoders) for p in member.parameters()}
+    return {name: owner.get(id(p)) for name, p in model.named_parameters()}
 
 
 def freeze_encoders(model: nn.Module, encoders: Sequence[int | str]) -> list[int]:
     """Freeze members by index or display name (the head-only baseline). Returns the frozen indices."""
-    base, _ = _base(model)
+    base = multiencoder_base(model)
     indices = sorted({base.config.encoder_index(e) for e in encoders})
     for i in indices:
         for p in base.encoders[i].parameters():
@@ -85,7 +93,7 @@ def create_multiencoder_optimizer(
 
     Each group carries a `name` (e.g. `encoder_0.decay`, `encoder_1.no_decay.depth_3`, `head.decay`).
     """
-    base, member_prefix = _base(model)
+    base = multiencoder_base(model)
     n = base.config.num_encoders
     if learning_rate is None:
         learning_rate = training_args.learning_rate if training_args is not None else 5e-5
@@ -106,6 +114,7 @@ def create_multiencoder_optimizer(
         optimizer_kwargs.setdefault("eps", training_args.adam_epsilon)
 
     decay_names = set(get_parameter_names(model, [nn.LayerNorm], _NO_DECAY_PATTERNS))
+    members = parameter_members(model)
     # (sort key, group name) -> (lr, weight decay, params); insertion follows named_parameters, keys fix the order.
     groups: dict[tuple, dict] = {}
     for name, param in model.named_parameters():
@@ -113,13 +122,13 @@ def create_multiencoder_optimizer(
             continue
         decays = name in decay_names
         kind = "decay" if decays else "no_decay"
-        if name.startswith(member_prefix):
-            i = int(name[len(member_prefix):].split(".", 1)[0])
+        i = members[name]
+        if i is not None:
             lr = encoder_learning_rates[i]
             depth_tag, sort_depth = "", 0
             if layerwise_lr_decay is not None:
                 num_layers = base.encoders[i].config.num_hidden_layers
-                depth = _member_depth(name[len(member_prefix):].split(".", 1)[1], num_layers)
+                depth = _member_depth(name, num_layers)
                 lr = lr * layerwise_lr_decay ** (num_layers + 1 - depth) if depth <= num_layers else lr
                 depth_tag, sort_depth = f".depth_{depth}", depth
             key = (i, sort_depth, kind)

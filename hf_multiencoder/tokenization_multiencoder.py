@@ -30,6 +30,24 @@ def member_folder(i: int) -> str:
     return f"tokenizer_{i}"
 
 
+def pad_rows(rows, value: int, length: int | None = None, multiple_of: int | None = None, as_tensor: bool = True,
+             dtype: torch.dtype = torch.long):
+    """Right-pad rows (lists or 1-D tensors) to one length: at least ``length``, else the longest row, rounded up to
+    a multiple of ``multiple_of``. Returns a ``(rows, length)`` tensor, or lists with ``as_tensor=False``.
+
+    The one padding routine of the package: per-member token ids, masks and word ids, word masks and word labels,
+    cached-feature batches and the pipeline's example-major inputs all go through it.
+    """
+    target = max([len(r) for r in rows] + [length or 0])
+    if multiple_of:
+        target = -(-target // multiple_of) * multiple_of
+    if as_tensor and rows and isinstance(rows[0], torch.Tensor):
+        out = torch.nn.utils.rnn.pad_sequence([r.reshape(-1) for r in rows], batch_first=True, padding_value=value)
+        return torch.nn.functional.pad(out, (0, target - out.size(1)), value=value)
+    padded = [list(r) + [value] * (target - len(r)) for r in rows]
+    return torch.tensor(padded, dtype=dtype) if as_tensor else padded
+
+
 class MemberTensors(list):
     """One tensor per member. A list (the model, ``Trainer._prepare_input`` and ``accelerate`` keep its type) that
     also answers ``numel()`` (tokens over all members) and ``to()``, as code written for one tensor expects."""
@@ -109,17 +127,12 @@ class MultiEncoderTokenizer(PushToHubMixin):
                    name_or_path=str(pretrained_model_name_or_path))
 
     def save_pretrained(self, save_directory, push_to_hub: bool = False, **kwargs) -> tuple[str, ...]:
+        """Save every member tokenizer (``tokenizer_<i>/``) and ``tokenizer_config.json``. With ``push_to_hub=True``
+        the folder is then uploaded by the inherited ``push_to_hub`` (``repo_id`` defaults to the folder's name;
+        other keyword arguments go to it)."""
         if os.path.isfile(save_directory):
             raise ValueError(f"Provided path ({save_directory}) should be a directory, not a file.")
         os.makedirs(save_directory, exist_ok=True)
-        if push_to_hub:
-            commit_message = kwargs.pop("commit_message", None)
-            repo_id = kwargs.pop("repo_id", str(save_directory).split(os.path.sep)[-1])
-            from huggingface_hub import HfApi  # a dependency of transformers itself
-
-            repo_id = HfApi().create_repo(repo_id, exist_ok=True, **{k: v for k, v in kwargs.items()
-                                                                    if k in ("private", "token")}).repo_id
-            files_timestamps = self._get_files_timestamps(save_directory)
         files = []
         for i, tok in enumerate(self.tokenizers):
             files.extend(tok.save_pretrained(os.path.join(save_directory, member_folder(i))))
@@ -135,8 +148,8 @@ class MultiEncoderTokenizer(PushToHubMixin):
             f.write(json.dumps(tok_config, indent=2, sort_keys=True) + "\n")
         files.append(path)
         if push_to_hub:
-            self._upload_modified_files(save_directory, repo_id, files_timestamps, commit_message=commit_message,
-                                        token=kwargs.get("token"))
+            repo_id = kwargs.pop("repo_id", os.path.basename(os.path.normpath(str(save_directory))))
+            self.push_to_hub(repo_id, **kwargs)
         return tuple(str(f) for f in files)
 
     @classmethod
@@ -281,20 +294,13 @@ class MultiEncoderTokenizer(PushToHubMixin):
                 continue
             per_member = []
             for i in range(n):
-                seqs = [list(f[key][i]) for f in features]
                 value = self.tokenizers[i].pad_token_id if key == "input_ids" else pad_value
-                if value is None:
-                    value = 0
-                target = max(len(s) for s in seqs)
-                if padding == "max_length" and max_lengths[i] is not None:
-                    target = max(target, max_lengths[i])
-                if pad_to_multiple_of:
-                    target = -(-target // pad_to_multiple_of) * pad_to_multiple_of
-                rows = [s + [value] * (target - len(s)) for s in seqs]
-                per_member.append(torch.tensor(rows, dtype=torch.long) if to_tensor else rows)
+                per_member.append(pad_rows([f[key][i] for f in features], value if value is not None else 0,
+                                           length=max_lengths[i] if padding == "max_length" else None,
+                                           multiple_of=pad_to_multiple_of, as_tensor=to_tensor))
             out[key] = MemberTensors(per_member) if to_tensor else per_member
         if "word_mask" in features[0]:
-            out["word_mask"] = _pad_rows([f["word_mask"] for f in features], 0, to_tensor, torch.long)
+            out["word_mask"] = pad_rows([f["word_mask"] for f in features], 0, as_tensor=to_tensor)
         for key in ("label", "labels", "label_ids"):
             if key in features[0] and features[0][key] is not None:
                 values = [f[key] for f in features]
@@ -302,7 +308,7 @@ class MultiEncoderTokenizer(PushToHubMixin):
                 if isinstance(values[0], (list, tuple)) or (isinstance(values[0], torch.Tensor) and values[0].dim()):
                     is_word_labels = "word_mask" in features[0]
                     if is_word_labels:
-                        out[name] = _pad_rows([list(v) for v in values], -100, to_tensor, torch.long)
+                        out[name] = pad_rows(values, -100, as_tensor=to_tensor)
                     else:  # multi-label: multi-hot floats
                         out[name] = torch.tensor([list(v) for v in values], dtype=torch.float) if to_tensor else values
                 elif to_tensor:
@@ -319,10 +325,4 @@ class MultiEncoderTokenizer(PushToHubMixin):
         return MultiEncoderBatch(out)
 
 
-def _pad_rows(rows, value, to_tensor, dtype):
-    target = max((len(r) for r in rows), default=0)
-    padded = [list(r) + [value] * (target - len(r)) for r in rows]
-    return torch.tensor(padded, dtype=dtype) if to_tensor else padded
-
-
-__all__ = ["MemberTensors", "MultiEncoderTokenizer", "MultiEncoderBatch"]
+__all__ = ["MemberTensors", "MultiEncoderTokenizer", "MultiEncoderBatch", "pad_rows"]

@@ -9,7 +9,6 @@ The single-member baselines run only while the time budget allows (the fused run
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -65,9 +64,8 @@ def main() -> None:
     for model, score, secs in rows:
         print(f"{model:<24} {score:>9.2f} {secs:>8.0f}")
 
-    report = json.load(open(os.path.join(fused_dir, "fusion_weights.json")))
     say("How much of each member the fused model used:")
-    print(run_glue_multi.format_fusion_report(report))
+    print(run_glue_multi.format_fusion_report(fused["runs"][0]["fusion"]))
 
     say(f"Loading the saved model from {fused_dir} with the Auto classes (trust_remote_code=True):")
     from transformers import AutoModelForSequenceClassification, pipeline

@@ -15,11 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+
+from hf_multiencoder.results import mean_by_key, summarize
+from hf_multiencoder.tasks import get_task
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = {  # name -> (config suffix, extra arguments, kind)
@@ -29,7 +31,6 @@ MODELS = {  # name -> (config suffix, extra arguments, kind)
     "dme": ("", ["--fusion", "dme"], "fused"),
     "cdme": ("", ["--fusion", "cdme"], "fused"),
 }
-METRIC_NAMES = {"cola": "MCC", "stsb": "Spearman", "mrpc": "F1", "rte": "accuracy"}
 
 
 def job_command(task, model, seed, args, out_dir):
@@ -64,11 +65,6 @@ def run_job(task, model, seed, args) -> str:
     return f"{task}/{model}/seed {seed}: {status} in {time.time() - start:.0f}s"
 
 
-def summary(values: list[float]) -> dict:
-    return {"median": statistics.median(values), "mean": statistics.fmean(values),
-            "std": statistics.stdev(values) if len(values) > 1 else 0.0}
-
-
 def aggregate(args) -> dict:
     table: dict = {}
     for task in args.tasks:
@@ -80,15 +76,13 @@ def aggregate(args) -> dict:
                     runs.append(json.load(open(path)))
             if not runs:
                 continue
-            best = [r["best_epoch"]["scores"][0] for r in runs]
-            final = [r["final_epoch"]["scores"][0] for r in runs]
-            weights = [r["runs"][0].get("fusion_weights") for r in runs]
-            weights = [w for w in weights if w]
-            entry = {"scores": best, **summary(best), "kind": kind, "seeds": args.seeds[:len(runs)],
-                     "final_epoch": {"scores": final, **summary(final)},
-                     "train_seconds": statistics.fmean(r["runs"][0]["train_seconds"] for r in runs)}
+            entry = {**summarize(r["best_epoch"]["scores"][0] for r in runs), "kind": kind,
+                     "seeds": args.seeds[:len(runs)],
+                     "final_epoch": summarize(r["final_epoch"]["scores"][0] for r in runs),
+                     "train_seconds": summarize(r["runs"][0]["train_seconds"] for r in runs)["mean"]}
+            weights = mean_by_key(r.get("mean_fusion_weights") for r in runs)
             if weights:
-                entry["mean_fusion_weights"] = {k: statistics.fmean(w[k] for w in weights) for k in weights[0]}
+                entry["mean_fusion_weights"] = weights
             table.setdefault(task, {})[model] = entry
     os.makedirs(args.results, exist_ok=True)
     with open(os.path.join(args.results, "glue.json"), "w") as f:
@@ -117,7 +111,7 @@ def markdown(table: dict, args) -> str:
             best_f = max(fused, key=lambda e: e["median"])
             gap = best_f["median"] - best_m["median"]
             verdict = f"{gap:+.1f} ({'> 1 std' if gap > best_m['std'] else 'within 1 std' if gap >= 0 else 'below'})"
-            lines.append(f"| {task} ({METRIC_NAMES.get(task, '')}) | " + " | ".join(cells) +
+            lines.append(f"| {task} ({get_task(task).metric_display_name}) | " + " | ".join(cells) +
                          f" | {best_m['median']:.1f} | {verdict} |")
         else:
             lines.append(f"| {task} | " + " | ".join(cells) + " | - | - |")

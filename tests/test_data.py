@@ -1,8 +1,10 @@
 """Tests of hf_multiencoder.data: the real benchmark files (row counts, label ids as on the Hub), the CoNLL and
 custom-file loaders on small temporary files, the Hub normalisation (with a fake `load_dataset`), and the errors."""
 
+import csv
 import json
 import os
+from collections import Counter
 
 import pytest
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence, Value
@@ -17,6 +19,7 @@ from hf_multiencoder.data import (
     load_conll_files,
     load_files,
     load_task,
+    local_path,
     read_conll,
     resolve_data_dir,
 )
@@ -24,10 +27,12 @@ from hf_multiencoder.data import (
 
 def local_task(shared_data: str, task_name: str):
     """Load a task from the shared data folder, skipping (with the path) when that task's files are not there."""
-    path = data_module._local_path(TASKS[task_name], shared_data)
+    path = local_path(task_name, shared_data)
     if not os.path.exists(path):
         pytest.skip(f"{path} is missing from the shared data folder")
-    return load_task(task_name, data_dir=shared_data, from_hub=False)
+    dataset, spec = load_task(task_name, data_dir=shared_data, from_hub=False)
+    assert spec is TASKS[task_name]
+    return dataset
 
 
 def split_sizes(dataset: DatasetDict) -> dict[str, int]:
@@ -182,6 +187,90 @@ def test_wnut17(shared_data):
     assert all(len(tokens) > 0 and all(t for t in tokens) for tokens in wnut["train"]["tokens"])
 
 
+# ---- the original project's corpora (counts and label sets: ../shared/data/SOURCES.md) ---------------------------
+def label_counts(ds) -> dict[str, int]:
+    names = ds.features["label"].names
+    counts = Counter(ds["label"])
+    return {names[i]: counts[i] for i in sorted(counts)}
+
+
+def test_clickbait(shared_data):
+    data = local_task(shared_data, "clickbait")
+    # 15999 + 16001 headlines; the original's dev = the first 2000 of each class, train = the other 28000
+    assert split_sizes(data) == {"train": 28000, "validation": 4000}
+    assert label_counts(data["validation"]) == {"non_clickbait": 2000, "clickbait": 2000}
+    assert label_counts(data["train"]) == {"non_clickbait": 14001, "clickbait": 13999}
+    clickbait = data["validation"].filter(lambda r: r["label"] == 1)
+    assert clickbait[0]["sentence1"] == "Should I Get Bings"  # file order, blank lines skipped
+    assert all(s.strip() == s and s for s in data["train"]["sentence1"])
+
+
+def test_isear(shared_data):
+    data = local_task(shared_data, "isear")
+    # dev = first 180 per emotion (1260); train = rows not in dev (6196: later duplicates of dev rows are dropped)
+    assert split_sizes(data) == {"train": 6196, "validation": 1260}
+    assert data["train"].features["label"].names == ["anger", "disgust", "fear", "guilt", "joy", "sadness", "shame"]
+    assert set(label_counts(data["validation"]).values()) == {180}
+    assert data["validation"][0]["sentence1"].startswith("During the period of falling in love")
+    dev = set(zip(data["validation"]["sentence1"], data["validation"]["label"]))
+    assert not dev & set(zip(data["train"]["sentence1"], data["train"]["label"]))
+
+
+def test_emotion_stimulus(shared_data):
+    data = local_task(shared_data, "emotion_stimulus")
+    # the No Cause part (1594 sentences), dev = the first 30 per label
+    assert split_sizes(data) == {"train": 1384, "validation": 210}
+    total = {k: label_counts(data["train"])[k] + label_counts(data["validation"])[k]
+             for k in label_counts(data["validation"])}
+    assert total == {"anger": 284, "disgust": 57, "fear": 279, "happy": 268, "sad": 468, "shame": 78, "surprise": 160}
+    assert TASKS["emotion_stimulus"].metric == "accuracy_macro_f1"
+
+
+@pytest.mark.parametrize("task_name, column", [("emobank", "V"), ("emobank_arousal", "A"), ("emobank_dominance", "D")])
+def test_emobank(shared_data, task_name, column):
+    data = local_task(shared_data, task_name)
+    assert split_sizes(data) == {"train": 8062, "validation": 1000, "test": 1000}  # the official split
+    assert data["train"].features["label"] == Value("float32")
+    scores = [s for split in data.values() for s in split["label"]]
+    assert 1.0 <= min(scores) and max(scores) <= 5.0
+    with open(os.path.join(shared_data, "emobank", "emobank.csv"), newline="") as f:
+        first_test = next(r for r in csv.DictReader(f) if r["split"] == "test")
+    assert data["test"][0]["sentence1"] == first_test["text"] == "If I wasn't working here."
+    assert data["test"][0]["label"] == pytest.approx(float(first_test[column]))
+    # test is the real test split (the original project's loader used dev as test by mistake)
+    assert set(data["test"]["sentence1"]) != set(data["validation"]["sentence1"])
+
+
+@pytest.mark.parametrize("task_name, column", [("fb_va", "Valence1"), ("fb_va_arousal", "Arousal1")])
+def test_fb_va(shared_data, task_name, column):
+    data = local_task(shared_data, task_name)
+    assert split_sizes(data) == {"train": 2094, "validation": 800}  # 2894 non-empty messages, dev = first 800
+    assert data["validation"][0]["sentence1"].startswith("We'll be off and running")
+    assert data["validation"][0]["label"] == (9.0 if column == "Valence1" else 8.0)  # the first annotator
+    assert not any("\t" in s for split in data.values() for s in split["sentence1"])
+    assert all(1 <= score <= 9 for split in data.values() for score in split["label"])
+
+
+@pytest.mark.parametrize("task_name, sizes, tokens, types", [
+    ("mit_movie", (7816, 1953), (158823, 39035), 12),
+    ("mit_movie_eng", (9775, 2443), (99491, 24686), 12),
+    ("mit_restaurant", (7660, 1521), (70525, 14256), 8),
+])
+def test_mit(shared_data, task_name, sizes, tokens, types):
+    data = local_task(shared_data, task_name)
+    assert split_sizes(data) == {"train": sizes[0], "validation": sizes[1], "test": sizes[1]}  # test = validation
+    assert (sum(map(len, data["train"]["tokens"])), sum(map(len, data["test"]["tokens"]))) == tokens
+    names = data["train"].features["ner_tags"].feature.names
+    assert len(names) == 1 + 2 * types and names[0] == "O"
+    used = {names[i] for split in ("train", "test") for tags in data[split]["ner_tags"] for i in tags}
+    assert used == set(names)  # every tag of the label list occurs
+    for split in data:
+        assert_iob2([[names[i] for i in tags] for tags in data[split]["ner_tags"]])
+    if task_name == "mit_movie":  # tag-first files: the word is the second column
+        assert data["train"][0]["tokens"][:3] == ["steve", "mcqueen", "provided"]
+        assert [names[i] for i in data["train"][0]["ner_tags"][:3]] == ["B-Actor", "I-Actor", "O"]
+
+
 # ---- iob1_to_iob2 / read_conll / load_conll_files -------------------------------------------------------------------
 @pytest.mark.parametrize(
     "iob1, iob2",
@@ -236,17 +325,21 @@ def test_load_conll_files(tmp_path):
     dev = tmp_path / "dev.txt"
     dev.write_text("Paris NNP I-NP I-LOC\nis VBZ I-VP O\n")
 
-    dataset, labels = load_conll_files(str(train), str(dev))
+    dataset, spec = load_conll_files(str(train), str(dev))
+    labels = spec.label_list
     assert labels == ["O", "I-LOC", "I-MISC", "I-ORG", "I-PER"]  # "O" first, then sorted
+    assert spec.kind == "token" and spec.main_metric == "overall_f1" and spec.validation_splits == ("validation",)
     assert split_sizes(dataset) == {"train": 3, "validation": 1}
     assert dataset["train"].features["ner_tags"] == Sequence(ClassLabel(names=labels))
     assert dataset["validation"][0] == {"tokens": ["Paris", "is"], "ner_tags": [1, 0]}
 
-    dataset, labels = load_conll_files(str(train), iob1=True)
+    dataset, spec = load_conll_files(str(train), iob1=True)
+    labels = spec.label_list
     assert labels == ["O", "B-LOC", "B-MISC", "B-ORG", "B-PER", "I-PER"]
     assert [labels[i] for i in dataset["train"][1]["ner_tags"]] == ["B-PER", "I-PER"]
 
-    dataset, labels = load_conll_files(None, test_file=str(dev), label_list=CONLL2003_LABELS, iob1=True)
+    dataset, spec = load_conll_files(None, test_file=str(dev), label_list=CONLL2003_LABELS, iob1=True)
+    labels = spec.label_list
     assert labels == CONLL2003_LABELS and list(dataset) == ["test"]
     assert [labels[i] for i in dataset["test"][0]["ner_tags"]] == ["B-LOC", "O"]
 
@@ -330,23 +423,22 @@ def test_unknown_task():
         load_task("glue_foo")
 
 
-def test_missing_data_folder(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+def test_missing_data_folder(tmp_path, monkeypatch, hub_offline):
+    hub_offline(True)
     missing = tmp_path / "no_data"
     with pytest.raises(FileNotFoundError, match="data_dir") as err:
         load_task("cola", data_dir=str(missing))
     assert os.path.join(str(missing), "glue", "CoLA") in str(err.value)
 
     # from_hub=False never tries the Hub, even online
-    monkeypatch.delenv("HF_HUB_OFFLINE")
-    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    hub_offline(False)
     monkeypatch.setattr(data_module.datasets, "load_dataset", lambda *a, **k: pytest.fail("tried the Hub"))
     with pytest.raises(FileNotFoundError, match="conll2003"):
         load_task("conll2003", data_dir=str(tmp_path), from_hub=False)
 
 
-def test_task_folder_missing_but_data_dir_present(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+def test_task_folder_missing_but_data_dir_present(tmp_path, hub_offline):
+    hub_offline(True)
     (tmp_path / "glue" / "CoLA").mkdir(parents=True)
     with pytest.raises(FileNotFoundError, match="QQP"):
         load_task("qqp", data_dir=str(tmp_path))
@@ -362,10 +454,9 @@ def test_resolve_data_dir(tmp_path, monkeypatch):
     assert resolve_data_dir(None) == data_module.DEFAULT_DATA_DIR
 
 
-def test_hub_fallback_normalises_columns_and_labels(tmp_path, monkeypatch):
+def test_hub_fallback_normalises_columns_and_labels(tmp_path, monkeypatch, hub_offline):
     """Offline stand-in for `datasets.load_dataset`: checks renaming and label re-mapping of Hub layouts."""
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    hub_offline(False)
     calls = []
     hub_trec_names = ["ABBR", "ENTY", "DESC", "HUM", "LOC", "NUM"]  # the Hub's (unsorted) coarse order
 
@@ -382,12 +473,13 @@ def test_hub_fallback_normalises_columns_and_labels(tmp_path, monkeypatch):
         return DatasetDict({"train": ds})
 
     monkeypatch.setattr(data_module.datasets, "load_dataset", fake_load_dataset)
-    qqp = load_task("qqp", data_dir=str(tmp_path))  # no local QQP, online: goes to the Hub
+    qqp, spec = load_task("qqp", data_dir=str(tmp_path))  # no local QQP, online: goes to the Hub
+    assert spec.name == "qqp"
     assert calls == [("nyu-mll/glue", "qqp")]
     assert qqp["train"].column_names == ["sentence1", "sentence2", "label"]
     assert qqp["train"][0] == {"sentence1": "q1", "sentence2": "q2", "label": 1}
 
-    trec = load_task("trec", from_hub=True)  # from_hub=True skips the local files
+    trec, _ = load_task("trec", from_hub=True)  # from_hub=True skips the local files
     assert trec["train"].column_names == ["sentence1", "label"]
     assert trec["train"].features["label"].names == TASKS["trec"].label_list
     assert [trec["train"].features["label"].int2str(i) for i in trec["train"]["label"]] == ["HUM", "ENTY"]
@@ -395,7 +487,9 @@ def test_hub_fallback_normalises_columns_and_labels(tmp_path, monkeypatch):
 
 def test_task_specs():
     assert set(TASKS) == {"cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli", "trec", "trec_fine",
-                          "sick_relatedness", "sick_entailment", "conll2003", "wnut17"}
+                          "sick_relatedness", "sick_entailment", "conll2003", "wnut17", "mit_movie", "mit_movie_eng",
+                          "mit_restaurant", "clickbait", "isear", "emotion_stimulus", "emobank", "emobank_arousal",
+                          "emobank_dominance", "fb_va", "fb_va_arousal"}
     for name, spec in TASKS.items():
         assert isinstance(spec, TaskSpec) and spec.name == name
         assert spec.is_regression == (spec.label_list is None)

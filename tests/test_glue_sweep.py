@@ -7,7 +7,9 @@ import os
 import subprocess
 import sys
 
-from conftest import REPO_ROOT
+import pytest
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SCRIPT = os.path.join(REPO_ROOT, "scripts", "glue_sweep.py")
 
@@ -26,6 +28,7 @@ def sweep(tiny_paths, shared_data, tmp_path, *extra):
     return proc.stdout
 
 
+@pytest.mark.slow  # a subprocess or a compile: run by `make test`, skipped by `make test-fast`
 def test_sweep_writes_the_table_and_resumes(tiny_paths, shared_data, tmp_path):
     out = sweep(tiny_paths, shared_data, tmp_path)
     assert out.count(": ok in ") == 12, out

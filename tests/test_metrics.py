@@ -21,7 +21,7 @@ from hf_multiencoder.metrics import (
 @pytest.fixture
 def fallback_only(monkeypatch):
     """Force the scikit-learn/scipy backend (as offline), whatever the environment."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_MULTIENCODER_METRICS", "fallback")
     monkeypatch.setattr(metrics_module, "_evaluate_metrics", {})
     monkeypatch.setattr(metrics_module, "_last_backend", None)
 
@@ -86,8 +86,8 @@ def test_evaluate_backend_is_used_when_loaded(monkeypatch):
     assert metric_backend() == "evaluate"
 
 
-def test_evaluate_not_loaded_offline(monkeypatch):
-    monkeypatch.setenv("HF_EVALUATE_OFFLINE", "1")
+def test_evaluate_not_loaded_offline(monkeypatch, hub_offline):
+    hub_offline(True)
     monkeypatch.setattr(metrics_module, "_evaluate_metrics", {})
     assert metrics_module._load_evaluate_metric("accuracy") is None
 

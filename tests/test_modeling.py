@@ -15,7 +15,9 @@ from hf_multiencoder import (
     MultiEncoderForSequenceClassification,
     MultiEncoderModel,
     MultiEncoderTokenizer,
+    mean_fusion_weights,
 )
+from hf_multiencoder.modeling_multiencoder import fusion_weights_per_example
 
 FUSIONS = ["concat", "dme", "cdme", "mean"]
 POOLINGS = ["cls", "mean", "last4", "last4_mean"]
@@ -164,6 +166,22 @@ def test_encoder_dropout_override(tiny_paths):
     assert members[0].config.hidden_dropout_prob == 0.3
     assert members[1].config.hidden_dropout_prob == 0.1  # the member's own
     assert members[2].config.dropout == 0.5  # DistilBERT calls it `dropout`
+    # the live members were built with the override: their dropout modules use it
+    assert members[0].embeddings.dropout.p == 0.3 and members[2].embeddings.dropout.p == 0.5
+    assert members[1].embeddings.dropout.p == 0.1
+
+
+def test_live_members_are_used_as_they_are(tiny_paths):
+    """`from_encoders` loads each member once and hands it over (no random copy, no weight copying)."""
+    members = [AutoModel.from_pretrained(p) for p in tiny_paths[:2]]
+    config = MultiEncoderConfig.from_encoder_configs([m.config for m in members], encoder_names=["a", "b"],
+                                                     fusion="dme", num_labels=2)
+    before = members[0].embeddings.word_embeddings.weight.detach().clone()
+    model = MultiEncoderForSequenceClassification(config, encoders=members)
+    assert model.multiencoder.encoders[0] is members[0] and model.multiencoder.encoders[1] is members[1]
+    torch.testing.assert_close(members[0].embeddings.word_embeddings.weight, before)  # post_init left it alone
+    with pytest.raises(ValueError, match="1 live member models for a config with 2 members"):
+        MultiEncoderModel(config, encoders=members[:1])
 
 
 def test_save_load_round_trip_safetensors_only(dme_model, tokenizer, batch, tmp_path):
@@ -244,3 +262,16 @@ def test_empty_member_list_is_an_error():
         MultiEncoderModel(MultiEncoderConfig())
     with pytest.raises(ValueError, match="non-empty list"):
         MultiEncoderForSequenceClassification.from_encoders("bert-base-uncased")
+
+
+def test_mean_fusion_weights_and_per_example():
+    weights = torch.tensor([[0.25, 0.75], [0.75, 0.25], [0.5, 0.5]])
+    assert mean_fusion_weights(weights, ["a", "b"]) == pytest.approx({"a": 0.5, "b": 0.5})
+    assert mean_fusion_weights(weights.numpy(), ["a", "b"], mask=[True, False, False]) == {"a": 0.25, "b": 0.75}
+    words = weights.reshape(1, 3, 2)  # word level: rows counted where the mask is true
+    assert mean_fusion_weights(words, ["a", "b"], mask=[[1, 1, 0]]) == pytest.approx({"a": 0.5, "b": 0.5})
+    assert fusion_weights_per_example(weights[:1], ["a", "b"]) == [{"a": 0.25, "b": 0.75}]
+    assert fusion_weights_per_example(words, ["a", "b"], lengths=[2]) == [[{"a": 0.25, "b": 0.75},
+                                                                          {"a": 0.75, "b": 0.25}]]
+    with pytest.raises(ValueError, match="2 members but 3 member names"):
+        mean_fusion_weights(weights, ["a", "b", "c"])

@@ -2,15 +2,14 @@
 
 import json
 import os
-import sys
 
 import pytest
 import yaml
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+import run_glue_multi  # the repository root is on pytest's pythonpath (pyproject.toml)
+from hf_multiencoder import load_task
 
-import run_glue_multi  # noqa: E402
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def tiny_args(tiny_paths, out, *extra):
@@ -51,9 +50,14 @@ def test_every_shipped_config_parses():
     folder = os.path.join(REPO, "configs")
     paths = [os.path.join(d, f) for d, _, files in os.walk(folder) for f in files if f.endswith(".yaml")]
     assert len(paths) >= 9 * 3 + 6 + 1
+    tasks = set()
     for path in paths:
         model_args, data_args, _ = run_glue_multi.parse_args([path])
         assert model_args.encoders and data_args.task_name
+        tasks.add(data_args.task_name)
+    # the original project's corpora each ship a config for the MiniLM + MPNet pair
+    assert {"clickbait", "isear", "emotion_stimulus", "emobank", "emobank_arousal", "emobank_dominance", "fb_va",
+            "fb_va_arousal", "mit_movie", "mit_restaurant"} <= tasks
 
 
 def test_bad_arguments(tmp_path):
@@ -69,9 +73,8 @@ def test_bad_arguments(tmp_path):
         run_glue_multi.parse_args(["--task_name", "cola", "--output_dir", str(tmp_path)])
 
 
-def test_missing_data_folder(tiny_paths, tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+def test_missing_data_folder(tiny_paths, tmp_path, hub_offline):
+    hub_offline(True)
     with pytest.raises(FileNotFoundError, match="no_such_dir"):
         run_glue_multi.main(tiny_args(tiny_paths, tmp_path, "--task_name", "rte", "--data_dir",
                                       str(tmp_path / "no_such_dir")))
@@ -101,7 +104,7 @@ def test_cola_end_to_end_with_seeds(tiny_paths, tmp_path, shared_data):
         assert os.path.isfile(run / name), name
     results = json.load(open(run / "eval_results.json"))
     assert "eval_matthews_correlation" in results
-    assert abs(results["eval_fusion_weight_0"] + results["eval_fusion_weight_1"] - 1) < 1e-4
+    assert abs(results["eval_fusion_weight_bert"] + results["eval_fusion_weight_roberta"] - 1) < 1e-4
     report = json.load(open(run / "fusion_weights.json"))
     assert set(report["mean_fusion_weights"]) == {"bert", "roberta"}
     assert report["examples"][0]["sentence"] == "He can will go"
@@ -123,7 +126,17 @@ def test_stsb_regression_end_to_end(tiny_paths, tmp_path, shared_data):
 def test_wnut17_token_classification_end_to_end(tiny_paths, tmp_path, shared_data):
     out = tmp_path / "wnut"
     table = run_glue_multi.main(tiny_args(tiny_paths, out, "--task_name", "wnut17", "--data_dir", shared_data,
-                                          "--max_seq_length", "64"))
+                                          "--max_seq_length", "16", "--do_predict", "--max_predict_samples", "30"))
+    # --do_predict: one tag per word of each test sentence, also for sentences longer than every member's 16 tokens
+    test, _ = load_task("wnut17", data_dir=shared_data)
+    rows = (out / "predict_results.txt").read_text().splitlines()[1:]
+    assert len(rows) == 30
+    labels = set(json.load(open(out / "config.json"))["id2label"].values())
+    for i, row in enumerate(rows):
+        index, tags = row.split("\t")
+        assert int(index) == i and len(tags.split()) == len(test["test"][i]["tokens"]), i
+        assert set(tags.split()) <= labels
+    assert max(len(t) for t in test["test"][:30]["tokens"]) > 16  # some words were cut off by every member
     assert table["metric"] == "overall_f1"
     results = json.load(open(out / "eval_results.json"))
     assert {"eval_overall_precision", "eval_overall_recall", "eval_overall_f1"} <= set(results)

@@ -12,7 +12,7 @@ import transformers
 from transformers import AutoModelForTokenClassification, AutoTokenizer
 
 from hf_multiencoder import MultiEncoderForTokenClassification, MultiEncoderTokenizer
-from hf_multiencoder.modeling_multiencoder import pool_words, tags_to_spans
+from hf_multiencoder.modeling_multiencoder import pool_words, tags_to_spans, word_tags
 
 LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 ID2LABEL = dict(enumerate(LABELS))
@@ -129,6 +129,7 @@ def test_tags_to_spans():
     ]
 
 
+@pytest.mark.slow  # a subprocess or a compile: run by `make test`, skipped by `make test-fast`
 def test_save_load_and_remote_code(tiny_paths, tokenizer, tmp_path):
     model = build(tiny_paths, fusion="cdme").eval()
     model.save_pretrained(tmp_path / "ner")
@@ -169,3 +170,12 @@ def test_save_load_and_remote_code(tiny_paths, tokenizer, tmp_path):
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     torch.testing.assert_close(torch.tensor(result["logits"]), ref, atol=1e-5, rtol=0)
     assert len(result["tags"]) == 2
+
+
+def test_word_tags_one_tag_per_kept_word():
+    id2label = {0: "O", 1: "B-PER", 2: "I-PER"}
+    logits = torch.tensor([[[0, 5, 0], [0, 0, 5], [0, 5, 0], [5, 0, 0]],
+                           [[0, 0, 5], [5, 0, 0], [0, 0, 5], [0, 5, 0]]], dtype=torch.float)
+    seen = torch.tensor([[1, 1, 0, 1], [1, 1, 1, 1]])  # word 2 of sentence 0: every member cut it off
+    keep = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])  # 3 and 2 real words; the rest is padding
+    assert word_tags(logits, seen, keep, id2label) == [["B-PER", "I-PER", "O"], ["I-PER", "O"]]

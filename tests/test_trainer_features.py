@@ -5,15 +5,11 @@ sampler and progress bars. Tiny members on a small CSV written here, so nothing 
 import glob
 import json
 import os
-import sys
 
 import pytest
 import torch
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-
-import run_glue_multi  # noqa: E402
+import run_glue_multi
 
 POS = ["the cat sat on the mat", "a cat runs", "the cat likes the dog", "she can go to the cat",
        "the dog sat on the cat and the mat"]
@@ -91,7 +87,7 @@ def test_group_by_length_groups_by_the_longest_member(tiny_paths, csv_files, tmp
     raw, spec = run_glue_multi.load_data(data_args)
     tokenizer = run_glue_multi.build_tokenizer(model_args)
     tokenized = run_glue_multi.tokenize_dataset(raw, spec, tokenizer, data_args, training_args)
-    model = run_glue_multi.build_model(model_args, spec, len(spec.label_list))
+    model = run_glue_multi.build_model(model_args, spec)
     trainer = run_glue_multi.build_trainer(model_args, data_args, training_args, spec, tokenizer, tokenized, model)
     loader = trainer.get_train_dataloader()
     lengths = tokenized["train"]["length"]
@@ -104,6 +100,7 @@ def test_group_by_length_groups_by_the_longest_member(tiny_paths, csv_files, tmp
         assert model(**batches[0]).logits.shape[0] == len(batches[0]["labels"])
 
 
+@pytest.mark.slow  # a subprocess or a compile: run by `make test`, skipped by `make test-fast`
 def test_torch_compile(tiny_paths, csv_files, tmp_path):
     """--torch_compile: the Trainer compiles the model (its forward takes lists of per-member tensors) and trains.
     The `aot_eager` backend traces with dynamo and AOTAutograd like inductor does, without its C++ build (minutes

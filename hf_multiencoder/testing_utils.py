@@ -1,4 +1,5 @@
-"""Tiny random member encoders of different types, widths and vocabularies, saved as HF folders (no download).
+"""Test helpers, as `transformers.testing_utils`: tiny random member encoders of different types, widths and
+vocabularies, saved as HF folders (no download), for tests, benchmarks' smoke runs and examples.
 
 BERT (hidden 32, WordPiece, uses token_type_ids), RoBERTa (hidden 40, byte-level BPE, no token types in use),
 DistilBERT (dim 24, another WordPiece vocabulary, takes no token_type_ids).
