@@ -35,6 +35,8 @@ from hf_multiencoder import (
     create_multiencoder_optimizer,
     freeze_encoders,
 )
+from hf_multiencoder.adaptation import adapt_members, default_training_arguments
+from hf_multiencoder.corpus import build_corpus, task_texts
 from hf_multiencoder.data import load_task, tokenize_task
 from hf_multiencoder.metrics import build_compute_metrics, fusion_weights_from_metrics
 from hf_multiencoder.model_card import MultiEncoderModelCardData
@@ -81,6 +83,14 @@ class ModelArguments:
         default=None, metadata={"help": "Members to freeze, by index or name (head-only baseline)."}
     )
     cache_dir: str | None = field(default=None, metadata={"help": "Where to store downloaded checkpoints."})
+    adaptive_mlm_epochs: float = field(
+        default=0.0, metadata={"help": "Task-adaptive pretraining first: epochs of masked-LM adaptation of the "
+                                       "members on the task's training texts (0: none). See run_mlm_multi.py."}
+    )
+    adaptive_mlm_learning_rate: float = field(default=1e-5, metadata={"help": "Members' rate in that adaptation."})
+    adaptive_mlm_members: list[str] | None = field(
+        default=None, metadata={"help": "Members to adapt, by index or name (default: all)."}
+    )
 
     def __post_init__(self):
         if not self.encoders and not self.model_name_or_path:
@@ -197,6 +207,29 @@ def tokenize_dataset(raw, spec: TaskSpec, tokenizer, data_args, training_args):
 
 def select(ds, n):
     return ds if n is None else ds.select(range(min(n, len(ds))))
+
+
+def adapt_before_tuning(model_args, data_args, training_args, raw, spec: TaskSpec) -> dict:
+    """`--adaptive_mlm_epochs`: continue the members' masked-LM pretraining on the task's own training texts (the
+    same `max_train_samples`), save them in `output_dir/adapted_members/`, and tune from there. Finished members with
+    the same settings are reused on a rerun."""
+    texts = task_texts(spec, dataset=select(raw["train"], data_args.max_train_samples))
+    corpus = build_corpus(texts, seed=training_args.seed, source=f"the {spec.name} training texts")
+    output_dir = os.path.join(training_args.output_dir, "adapted_members")
+    args = default_training_arguments(
+        output_dir, num_train_epochs=model_args.adaptive_mlm_epochs,
+        learning_rate=model_args.adaptive_mlm_learning_rate, seed=training_args.seed, use_cpu=training_args.use_cpu,
+        bf16=training_args.bf16, disable_tqdm=training_args.disable_tqdm, logging_steps=training_args.logging_steps,
+        resume_from_checkpoint=True)
+    display_names = model_args.encoder_names or model_args.encoders
+    report = adapt_members(model_args.model_name_or_path or model_args.encoders, corpus, args, output_dir=output_dir,
+                           encoder_names=model_args.encoder_names, adapt_members=model_args.adaptive_mlm_members,
+                           max_seq_length=data_args.max_seq_length)
+    if model_args.model_name_or_path:
+        model_args.model_name_or_path = output_dir
+    else:
+        model_args.encoders, model_args.encoder_names = report["encoders"], list(display_names)
+    return report
 
 
 # ---- model ----------------------------------------------------------------------------------------------------
@@ -451,6 +484,8 @@ def main(argv: list[str] | None = None) -> dict:
     tokenizer = build_tokenizer(model_args)
     logger.info(f"Task {spec.name} ({spec.kind}); members: {tokenizer.encoder_names}; fusion {model_args.fusion}")
     tokenized = tokenize_dataset(raw, spec, tokenizer, data_args, training_args)
+    if model_args.adaptive_mlm_epochs:
+        adapt_before_tuning(model_args, data_args, training_args, raw, spec)
 
     seeds = data_args.seeds or [training_args.seed]
     base_output = training_args.output_dir
