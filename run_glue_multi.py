@@ -38,6 +38,7 @@ from hf_multiencoder import (
 from hf_multiencoder.adaptation import adapt_members, default_training_arguments
 from hf_multiencoder.corpus import build_corpus, task_texts
 from hf_multiencoder.data import load_task, tokenize_task
+from hf_multiencoder.feature_cache import CachedFeaturesCollator, add_member_features
 from hf_multiencoder.metrics import build_compute_metrics, fusion_weights_from_metrics
 from hf_multiencoder.model_card import MultiEncoderModelCardData
 from hf_multiencoder.modeling_multiencoder import word_tags
@@ -90,6 +91,10 @@ class ModelArguments:
     adaptive_mlm_learning_rate: float = field(default=1e-5, metadata={"help": "Members' rate in that adaptation."})
     adaptive_mlm_members: list[str] | None = field(
         default=None, metadata={"help": "Members to adapt, by index or name (default: all)."}
+    )
+    frozen_feature_cache: str | None = field(
+        default=None, metadata={"help": "A folder: run the frozen members (--freeze_encoders) once and train the head "
+                                        "on their stored vectors (members in eval mode; reused across seeds)."}
     )
 
     def __post_init__(self):
@@ -346,7 +351,8 @@ def build_trainer(model_args, data_args, training_args, spec, tokenizer, tokeniz
         train_dataset=train_dataset,
         eval_dataset=main_eval,
         processing_class=tokenizer,
-        data_collator=MultiEncoderDataCollator(tokenizer, pad_to_multiple_of=8 if training_args.bf16 else None),
+        data_collator=(CachedFeaturesCollator if model_args.frozen_feature_cache else MultiEncoderDataCollator)(
+            tokenizer, pad_to_multiple_of=8 if training_args.bf16 else None),
         compute_metrics=build_compute_metrics(spec, model.config.encoder_names),
         optimizers=(optimizer, None),
         callbacks=callbacks,
@@ -362,6 +368,10 @@ def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokeni
         frozen = freeze_encoders(model, model_args.freeze_encoders)
         logger.info(f"Frozen members: {[model.config.encoder_names[i] for i in frozen]}")
     model.to(training_args.device)  # before the optimizer, so that it can use the fused CUDA kernel
+    if model_args.freeze_encoders and model_args.frozen_feature_cache:
+        tokenized = datasets.DatasetDict({
+            split: add_member_features(ds, model, frozen, cache_dir=model_args.frozen_feature_cache)
+            for split, ds in tokenized.items()})
     trainer = build_trainer(model_args, data_args, training_args, spec, tokenizer, tokenized, model)
     train_dataset = trainer.train_dataset
     eval_splits = [s for s in spec.validation_splits if s in tokenized]

@@ -14,6 +14,7 @@ frozen, then the member at lr 1e-5; seed = the first seed) on the training texts
 by rows 3 and 4 (`--adapted_encoders` reuses members adapted elsewhere, e.g. by run_mlm_multi.py). Each row is
 run_glue_multi.py with `--seeds`. The task phase defaults to the seed's: batch 8, lr 2e-5, weight decay 0.01,
 8 epochs, evaluated every epoch (the head's rate: `--head_learning_rate`, default 1e-3 as the shipped configs).
+Frozen rows run each member once over the data (`--frozen_feature_cache`) and train the head on the stored vectors.
 A row whose results.json exists is skipped, so a cut-off run continues. Writes `protocol.md` and `protocol.json`:
 best-epoch and final-epoch scores (x100, median and std over seeds) per row, the adapted rows' difference to their
 unadapted twin, and the members' held-out masked-LM loss and perplexity before and after adaptation.
@@ -85,6 +86,8 @@ def row_arguments(args, row: str, encoders: list[str]) -> list[str]:
         argv += ["--use_cpu", "true"]
     if frozen:
         argv += ["--freeze_encoders", *map(str, range(len(encoders)))]
+        if args.fusion != "cdme":  # frozen members run once, their vectors are reused by every epoch and seed
+            argv += ["--frozen_feature_cache", os.path.join(args.output_dir, "feature_cache")]
     return argv + args.extra
 
 

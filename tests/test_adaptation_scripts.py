@@ -110,6 +110,8 @@ def test_protocol_script_four_rows(tiny_paths, tmp_path, shared_data):
     reference = AutoModel.from_pretrained(tiny_paths[0])
     torch.testing.assert_close(head_only.multiencoder.encoders[0].embeddings.word_embeddings.weight,
                                reference.embeddings.word_embeddings.weight)
+    # ... run once over the data: their vectors were cached for every epoch and seed
+    assert len([f for f in os.listdir(out / "feature_cache") if f.startswith("member-features-")]) >= 2
     adapted = MultiEncoderForSequenceClassification.from_pretrained(out / "adaptive_head_only" / "seed_1")
     assert adapted.config.encoders[0]["_name_or_path"] == str(out / "adapted" / "bert")
     md = (out / "protocol.md").read_text()
