@@ -488,7 +488,10 @@ def _copy_encoder_weights(source: nn.Module, target: nn.Module) -> None:
                            f"{result.unexpected_keys}.")
 
 
-def _format_table(members: list[dict]) -> str:
+def format_table(members: list[dict]) -> str:
+    """The per-member adaptation table (Markdown): examples, held-out loss and perplexity at the start, after the head
+    warm-up and at the end, seconds."""
+
     def cell(entry, key):
         return f"{entry[key]:.3f}" if entry else "-"
 
@@ -629,7 +632,7 @@ def _comparable(settings: dict | None) -> dict:
 def _finish(report: dict, output_dir: str | None) -> dict:
     if all("path" in m for m in report["members"]):
         report["encoders"] = [m["path"] for m in report["members"]]
-    report["table"] = _format_table(report["members"])
+    report["table"] = format_table(report["members"])
     if output_dir:
         _write_json(os.path.join(output_dir, RESULTS_FILE), report)
     logger.info(f"Adaptation ({report['objective']}), held-out loss and perplexity per member:\n{report['table']}")
@@ -714,6 +717,7 @@ __all__ = [
     "adapt_one",
     "check_max_seq_length",
     "default_training_arguments",
+    "format_table",
     "mask_once",
     "max_positions",
     "register_objective",

@@ -17,7 +17,8 @@ run_glue_multi.py with `--seeds`. The task phase defaults to the seed's: batch 8
 Frozen rows run each member once over the data (`--frozen_feature_cache`) and train the head on the stored vectors.
 A row whose results.json exists is skipped, so a cut-off run continues. Writes `protocol.md` and `protocol.json`:
 best-epoch and final-epoch scores (x100, median and std over seeds) per row, the adapted rows' difference to their
-unadapted twin, and the members' held-out masked-LM loss and perplexity before and after adaptation.
+unadapted twin, each row's wall time (all seeds, data and model loading included), and the members' held-out
+masked-LM loss and perplexity before and after adaptation.
 """
 
 from __future__ import annotations
@@ -32,7 +33,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 import run_glue_multi  # noqa: E402
-from hf_multiencoder.adaptation import adapt_members, default_training_arguments  # noqa: E402
+from hf_multiencoder.adaptation import (  # noqa: E402
+    RESULTS_FILE,
+    adapt_members,
+    default_training_arguments,
+    format_table,
+)
 from hf_multiencoder.corpus import build_corpus, task_texts  # noqa: E402
 from hf_multiencoder.data import load_task  # noqa: E402
 from hf_multiencoder.results import format_summary  # noqa: E402
@@ -52,19 +58,33 @@ def adapt(args) -> tuple[list[str], dict | None]:
         if len(args.adapted_encoders) != len(args.encoders):
             raise ValueError(f"--adapted_encoders has {len(args.adapted_encoders)} folders for "
                              f"{len(args.encoders)} members.")
-        return args.adapted_encoders, None
+        return args.adapted_encoders, reported_adaptation(args.adapted_encoders)
     raw, spec = load_task(args.task_name, data_dir=args.data_dir, train_file=args.train_file,
                           validation_file=args.validation_file)
     texts = task_texts(spec, dataset=run_glue_multi.select(raw["train"], args.max_train_samples))
     corpus = build_corpus(texts, seed=args.seeds[0], source=f"the {spec.name} training texts")
     training_args = default_training_arguments(
         os.path.join(args.output_dir, "adapted"), num_train_epochs=args.adaptation_epochs,
-        learning_rate=args.adaptation_learning_rate, seed=args.seeds[0], use_cpu=args.use_cpu, disable_tqdm=True,
-        logging_steps=50, resume_from_checkpoint=True)
+        learning_rate=args.adaptation_learning_rate, seed=args.seeds[0], use_cpu=args.use_cpu, bf16=args.bf16,
+        disable_tqdm=True, logging_steps=50, resume_from_checkpoint=True)
     report = adapt_members(args.encoders, corpus, training_args, encoder_names=args.encoder_names,
                            objective=args.objective, max_seq_length=args.max_seq_length,
                            head_warmup=args.head_warmup, adapt_members=args.adapt_members)
     return report["encoders"], report
+
+
+def reported_adaptation(folders: list[str]) -> dict | None:
+    """The adaptation report of members adapted elsewhere (`adaptation_results.json` beside their folders)."""
+    members = []
+    for folder in folders:
+        path = os.path.join(os.path.dirname(os.path.normpath(folder)), RESULTS_FILE)
+        if not os.path.isfile(path):
+            return None
+        with open(path, encoding="utf-8") as f:
+            report = json.load(f)
+        name = os.path.basename(os.path.normpath(folder))
+        members += [m for m in report["members"] if m["name"] == name]
+    return {"settings": report["settings"], "members": members, "table": format_table(members)}
 
 
 def row_arguments(args, row: str, encoders: list[str]) -> list[str]:
@@ -84,6 +104,8 @@ def row_arguments(args, row: str, encoders: list[str]) -> list[str]:
             argv += [f"--{option}", str(getattr(args, option))]
     if args.use_cpu:
         argv += ["--use_cpu", "true"]
+    if args.bf16:
+        argv += ["--bf16", "true"]
     if frozen:
         argv += ["--freeze_encoders", *map(str, range(len(encoders)))]
         if args.fusion != "cdme":  # frozen members run once, their vectors are reused by every epoch and seed
@@ -108,18 +130,23 @@ def table(rows: dict, adaptation: dict | None, args, metric: str) -> dict:
     return out
 
 
+def cell(summary: dict) -> str:
+    return f"{summary['median']:.1f} ({summary['mean']:.1f} ± {summary['std']:.1f})"
+
+
 def markdown(summary: dict) -> str:
-    metric = summary["metric"]
     lines = [f"# Adaptive then behavioural fine-tuning: {summary['task']}, {' + '.join(summary['members'])} "
              f"({summary['fusion']})", "",
-             f"{metric} x100 over seeds {summary['seeds']}: median (mean ± std).", "",
-             "| row | best epoch | final epoch | best - unadapted twin | final - unadapted twin | seconds |",
+             f"{summary['metric']} x100, seeds {summary['seeds']}: median (mean ± std); the adapted rows' median "
+             f"minus their unadapted twin's, against the larger of the two stds.", "",
+             "| row | best epoch | final epoch | best: adapted - unadapted | final: adapted - unadapted | seconds |",
              "|---|---|---|---|---|---|"]
     for row, e in summary["rows"].items():
-        deltas = [f"{e[k]['delta']:+.2f} ({e[k]['verdict']}, spread {e[k]['spread']:.2f})" if k in e else "-"
+        deltas = [f"{e[k]['delta']:+.1f} ({e[k]['verdict']}; std {e[k]['spread']:.1f})" if k in e else "-"
                   for k in ("best_epoch_delta", "final_epoch_delta")]
-        lines.append(f"| {row} | {format_summary(e['best_epoch'])} | {format_summary(e['final_epoch'])} | "
-                     f"{deltas[0]} | {deltas[1]} | {e['seconds']:.0f} |")
+        seconds = "-" if e["seconds"] is None else f"{e['seconds']:.0f}"
+        lines.append(f"| {row} | {cell(e['best_epoch'])} | {cell(e['final_epoch'])} | {deltas[0]} | {deltas[1]} | "
+                     f"{seconds} |")
     if summary.get("adaptation"):
         lines += ["", "Held-out masked-LM loss of each member (perplexity = exp(loss)):", "",
                   summary["adaptation"]["table"]]
@@ -153,6 +180,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--adapt_members", nargs="+", default=None)
     ap.add_argument("--adapted_encoders", nargs="+", default=None, help="members adapted elsewhere (skip adapting)")
     ap.add_argument("--use_cpu", action="store_true")
+    ap.add_argument("--bf16", action="store_true", help="bf16 autocast in adaptation and tuning (GPUs; recent CPUs)")
     ap.add_argument("extra", nargs=argparse.REMAINDER, help="after --: arguments passed to every run_glue_multi run")
     args = ap.parse_args(argv)
     args.extra = [a for a in args.extra if a != "--"]
@@ -167,18 +195,22 @@ def main(argv: list[str] | None = None) -> dict:
     if any(ROWS[row][0] for row in args.rows):
         adapted, report = adapt(args)
     adaptation = {k: report[k] for k in ("settings", "members", "table")} if report else None
-    if report:
-        adaptation["seconds"] = round(time.time() - start, 1)
     rows, metric = {}, None
     for row in args.rows:
         path = os.path.join(args.output_dir, row, "results.json")
-        row_start = time.time()
+        timing = os.path.join(args.output_dir, row, "wall_seconds.json")
         if not os.path.isfile(path):
+            row_start = time.time()
             run_glue_multi.main(row_arguments(args, row, adapted if ROWS[row][0] else args.encoders))
+            with open(timing, "w", encoding="utf-8") as f:
+                json.dump({"seconds": round(time.time() - row_start, 1)}, f)
         with open(path, encoding="utf-8") as f:
             result = json.load(f)
         metric = result["metric"]
-        seconds = sum(r["train_seconds"] for r in result["runs"]) or time.time() - row_start
+        seconds = None
+        if os.path.isfile(timing):
+            with open(timing, encoding="utf-8") as f:
+                seconds = json.load(f)["seconds"]
         rows[row] = {**result, "seconds": seconds}
         print(f"[{time.time() - start:6.0f}s] {row}: best epoch {format_summary(result['best_epoch'])}", flush=True)
     summary = table(rows, adaptation, args, metric)
