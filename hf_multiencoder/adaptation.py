@@ -274,9 +274,10 @@ class MaskedLMObjective(AdaptationObjective):
     def from_member(self, member: PreTrainedModel) -> tuple[PreTrainedModel, list[str]]:
         model = AutoModelForMaskedLM.from_config(member.config)
         result = self.encoder(model).load_state_dict(member.state_dict(), strict=False)
-        if result.unexpected_keys or result.missing_keys:
+        unexpected = [k for k in result.unexpected_keys if not k.startswith("pooler.")]  # heads take no pooler
+        if unexpected or result.missing_keys:
             raise ValueError(f"The member's weights do not fit {type(model).__name__}: missing {result.missing_keys}, "
-                             f"unexpected {result.unexpected_keys}.")
+                             f"unexpected {unexpected}.")
         model.tie_weights()
         return model, self.head_parameters(model)
 

@@ -96,7 +96,8 @@ def row_arguments(args, row: str, encoders: list[str]) -> list[str]:
             "--per_device_eval_batch_size", "64", "--weight_decay", str(args.weight_decay),
             "--head_learning_rate", str(args.head_learning_rate), "--do_train", "--do_eval",
             "--eval_strategy", "epoch", "--save_strategy", "no", "--load_best_model_at_end", "false",
-            "--report_to", "none", "--disable_tqdm", "true", "--logging_steps", "50"]
+            "--report_to", "none", "--disable_tqdm", "true", "--logging_steps", "50",
+            "--overwrite_output_dir", "true"]  # only unfinished rows run: what a cut-off run left is replaced
     if args.task_name:
         argv += ["--task_name", args.task_name]
     for option in ("data_dir", "train_file", "validation_file", "max_train_samples", "max_eval_samples"):

@@ -84,7 +84,7 @@ def test_one_command_task_adaptive_pretraining(tiny_paths, tmp_path, shared_data
     assert tuned.config.encoders[0]["_name_or_path"] == str(adapted / "bert")
     # a rerun reuses the adapted members instead of adapting again
     before = AutoModel.from_pretrained(adapted / "roberta").state_dict()
-    run_glue_multi.main([*args, "--output_dir", str(out)])
+    run_glue_multi.main([*args, "--overwrite_output_dir", "true"])
     after = AutoModel.from_pretrained(adapted / "roberta").state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
 
