@@ -176,10 +176,9 @@ def config_to_argv(config: dict) -> list[str]:
     return argv
 
 
-def parse_args(argv: list[str] | None = None):
-    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments), description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
-    argv = list(sys.argv[1:] if argv is None else argv)
+def config_file_argv(parser: HfArgumentParser, argv: list[str]) -> list[str]:
+    """A leading YAML/JSON config file becomes arguments (the command line after it wins); unknown keys are an error.
+    run_mlm_multi.py reads its config files the same way."""
     if argv and argv[0].endswith((".yaml", ".yml", ".json")):
         path = argv.pop(0)
         if not os.path.isfile(path):
@@ -193,6 +192,13 @@ def parse_args(argv: list[str] | None = None):
         if unknown:
             raise ValueError(f"Unknown argument(s) in {path}: {', '.join(unknown)}.")
         argv = config_to_argv(config) + argv
+    return argv
+
+
+def parse_args(argv: list[str] | None = None):
+    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments), description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    argv = config_file_argv(parser, list(sys.argv[1:] if argv is None else argv))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     if not any(a == "--metric_for_best_model" or a.startswith("--metric_for_best_model=") for a in argv):
         # TrainingArguments picks "loss" whenever load_best_model_at_end is set; unless asked otherwise, the best

@@ -17,19 +17,17 @@ Defaults are the seed's: batch 16, lr 1e-5, weight decay 0.01, linear warmup (6%
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import sys
 from dataclasses import dataclass, field
 
 import datasets
 import transformers
-import yaml
 from transformers import HfArgumentParser, TrainingArguments
 
 from hf_multiencoder.adaptation import ADAPTATION_DEFAULTS, AdaptationArguments, adapt_members
 from hf_multiencoder.corpus import CorpusArguments
+from run_glue_multi import config_file_argv
 
 logger = logging.getLogger(__name__)
 
@@ -52,28 +50,9 @@ class MemberArguments:
             raise ValueError("Give member checkpoints (--encoders) or a saved multi-encoder (--model_name_or_path).")
 
 
-def _config_argv(parser: HfArgumentParser, argv: list[str]) -> list[str]:
-    """A leading YAML/JSON config file becomes arguments (the command line after it wins)."""
-    if not argv or not argv[0].endswith((".yaml", ".yml", ".json")):
-        return argv
-    path = argv.pop(0)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"Config file {path} does not exist.")
-    with open(path, encoding="utf-8") as f:
-        config = json.load(f) if path.endswith(".json") else yaml.safe_load(f)
-    if not isinstance(config, dict):
-        raise ValueError(f"Config file {path} must hold a mapping of argument names to values.")
-    unknown = sorted(set(config) - {a.dest for a in parser._actions})
-    if unknown:
-        raise ValueError(f"Unknown argument(s) in {path}: {', '.join(unknown)}.")
-    from run_glue_multi import config_to_argv
-
-    return config_to_argv(config) + argv
-
-
 def parse_args(argv: list[str] | None = None):
     parser = HfArgumentParser((MemberArguments, CorpusArguments, AdaptationArguments, TrainingArguments))
-    argv = _config_argv(parser, list(sys.argv[1:] if argv is None else argv))
+    argv = config_file_argv(parser, list(sys.argv[1:] if argv is None else argv))
     defaults = [token for key, value in ADAPTATION_DEFAULTS.items() for token in (f"--{key}", str(value))]
     return parser.parse_args_into_dataclasses(args=defaults + argv)
 

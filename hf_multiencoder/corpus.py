@@ -117,16 +117,16 @@ def build_corpus(
     """A corpus (`train`/`validation`, column `text`) from texts in memory: duplicates dropped (in order), at most
     `max_texts` kept (a seeded sample), and a seeded random `validation_split` held out unless `validation_texts`
     are given."""
-    texts = [t for t in texts if t]
-    if deduplicate:
-        texts = list(dict.fromkeys(texts))
+    def kept(values: Iterable[str]) -> list[str]:
+        values = [t for t in values if t]
+        return list(dict.fromkeys(values)) if deduplicate else values
+
+    texts = kept(texts)
     if not texts:
         raise ValueError(f"{source} holds no text (no non-empty line or cell).")
     train = Dataset.from_dict({TEXT_COLUMN: texts})
     if validation_texts is not None:
-        validation = [t for t in validation_texts if t]
-        if deduplicate:
-            validation = list(dict.fromkeys(validation))
+        validation = kept(validation_texts)
         if not validation:
             raise ValueError(f"The validation text of {source} is empty.")
         validation = Dataset.from_dict({TEXT_COLUMN: validation})
