@@ -57,10 +57,10 @@ from transformers import (
 )
 from transformers.data.data_collator import pad_without_fast_tokenizer_warning
 from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
-from transformers.trainer_utils import get_last_checkpoint
 
 from .corpus import tokenize_corpus
 from .optimization import multiencoder_base
+from .runs import last_complete_checkpoint
 from .tokenization_multiencoder import pad_rows
 
 logger = logging.getLogger(__name__)
@@ -422,10 +422,8 @@ def adapt_one(
     report: dict[str, Any] = {"train_examples": len(tokenized["train"]), "eval_examples": len(eval_dataset),
                               "new_head": bool(new_head)}
 
-    # resume: this member's last checkpoint (its own Trainer folder), if it got that far
-    checkpoint = None
-    if training_args.resume_from_checkpoint and os.path.isdir(trainer_dir):
-        checkpoint = get_last_checkpoint(trainer_dir)
+    # resume: this member's newest complete checkpoint (its own Trainer folder), if it got that far
+    checkpoint = last_complete_checkpoint(trainer_dir) if training_args.resume_from_checkpoint else None
 
     def trainer_for(args):
         return AdaptationTrainer(model=model, args=args, train_dataset=tokenized["train"], eval_dataset=eval_dataset,

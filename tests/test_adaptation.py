@@ -5,6 +5,7 @@ warmed up with the member frozen, whole-word masking, multi-encoder checkpoints,
 import json
 import os
 import random
+import shutil
 
 import pytest
 import torch
@@ -218,3 +219,19 @@ def test_a_second_run_into_the_same_folder(adapted, tiny_paths, corpus):
     with pytest.raises(ValueError, match="adapted with other settings"):
         adapt_members(tiny_paths, corpus, output_dir=str(out), encoder_names=NAMES, resume_from_checkpoint=True,
                       **{**FAST, "learning_rate": 5e-4})
+
+
+def test_an_interrupted_member_resumes_from_its_last_complete_checkpoint(tiny_paths, corpus, tmp_path):
+    options = {**FAST, "num_train_epochs": 2, "save_strategy": "epoch"}
+    first = adapt_members(tiny_paths[:1], corpus, output_dir=str(tmp_path), encoder_names=["bert"], **options)
+    checkpoints = [f for f in os.listdir(tmp_path / "trainer" / "bert") if f.startswith("checkpoint-")]
+    assert sorted(checkpoints) == ["checkpoint-10", "checkpoint-20"]  # 80 examples / batch 8, 2 epochs
+    # the run is cut off after its last checkpoint, before the member was saved
+    shutil.rmtree(tmp_path / "bert")
+    (tmp_path / "trainer" / "bert" / "checkpoint-30").mkdir()  # and a save cut off half-way: skipped
+    again = adapt_members(tiny_paths[:1], corpus, output_dir=str(tmp_path), encoder_names=["bert"],
+                          resume_from_checkpoint=True, **options)
+    member = again["members"][0]
+    assert "after_head_warmup" not in member  # the checkpoint holds the trained head: no second warm-up
+    assert member["end"]["loss"] == pytest.approx(first["members"][0]["end"]["loss"], abs=1e-4)
+    assert AutoModel.from_pretrained(tmp_path / "bert").config.model_type == "bert"
