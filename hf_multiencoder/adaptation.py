@@ -94,8 +94,9 @@ class AdaptationArguments:
     )
     mlm_probability: float = field(default=0.15, metadata={"help": "Share of tokens masked."})
     whole_word_mask: bool = field(
-        default=False, metadata={"help": "Mask every subword of a chosen word (fast tokenizers: word boundaries "
-                                         "from the offset mapping; masked tokens all become the mask token)."}
+        default=False, metadata={"help": "Mask every subword of a chosen word (word boundaries from the offset "
+                                         "mapping: members with a fast tokenizer; masked tokens all become the mask "
+                                         "token)."}
     )
     head_warmup: str = field(
         default="auto", metadata={"help": "Train the masked-LM head alone, member frozen, before adapting the "
@@ -414,13 +415,17 @@ def adapt_one(
 ) -> dict:
     """Adapt one member (`model`: the member with its objective's head) on a text corpus; returns its report."""
     objective = OBJECTIVES[adaptation_args.objective]
+    if adaptation_args.whole_word_mask and not tokenizer.is_fast:  # word boundaries come from the offset mapping
+        logger.warning(f"{name}: {type(tokenizer).__name__} is not a fast tokenizer (no offset mapping): masking "
+                       f"single tokens instead of whole words.")
+        adaptation_args = dataclasses.replace(adaptation_args, whole_word_mask=False)
     tokenized = tokenize_corpus(corpus, tokenizer, max_seq_length=adaptation_args.max_seq_length,
                                 line_by_line=adaptation_args.line_by_line,
                                 return_offsets_mapping=objective.needs_offsets(adaptation_args))
     collator = objective.data_collator(tokenizer, adaptation_args)
     eval_dataset = mask_once(tokenized["validation"], collator, seed=training_args.seed)
     report: dict[str, Any] = {"train_examples": len(tokenized["train"]), "eval_examples": len(eval_dataset),
-                              "new_head": bool(new_head)}
+                              "new_head": bool(new_head), "whole_word_mask": adaptation_args.whole_word_mask}
 
     # resume: this member's newest complete checkpoint (its own Trainer folder), if it got that far
     checkpoint = last_complete_checkpoint(trainer_dir) if training_args.resume_from_checkpoint else None

@@ -55,13 +55,15 @@ def test_run_mlm_multi_adapts_one_of_two_members(tiny_paths, tmp_path):
     out = tmp_path / "adapted"
     report = run_mlm_multi.main(["--encoders", tiny_paths[0], tiny_paths[2], "--encoder_names", "bert", "distil",
                                  "--train_file", str(text), "--adapt_members", "1", "--validation_split_percentage",
-                                 "30", "--line_by_line", "false", "--output_dir", str(out), *FAST])
+                                 "30", "--line_by_line", "false", "--whole_word_mask", "true", "--output_dir",
+                                 str(out), *FAST])
     assert report["encoders"] == [tiny_paths[0], str(out / "distil")]  # the member left out is used as it was
     assert sorted(os.listdir(out)) == ["adaptation_results.json", "distil", "trainer"]
     assert AutoModel.from_pretrained(out / "distil").config.model_type == "distilbert"
     member = report["members"][1]
     assert member["end"]["loss"] < member["start"]["loss"]
     assert report["settings"]["line_by_line"] is False and report["settings"]["train_texts"] == 5
+    assert member["whole_word_mask"]  # packed blocks keep each text's offsets: words are still found
 
 
 @pytest.mark.slow
