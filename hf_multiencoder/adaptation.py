@@ -283,8 +283,10 @@ class MaskedLMObjective(AdaptationObjective):
         return model, self.head_parameters(model)
 
     def data_collator(self, tokenizer, args: AdaptationArguments, seed: int | None = None) -> MaskedLMCollator:
+        # whole words: every masked token becomes the mask token (transformers' collator supports nothing else)
+        replace = {"mask_replace_prob": 1.0, "random_replace_prob": 0.0} if args.whole_word_mask else {}
         return MaskedLMCollator(tokenizer, mlm_probability=args.mlm_probability, whole_word_mask=args.whole_word_mask,
-                                seed=seed)
+                                seed=seed, **replace)
 
     def needs_offsets(self, args: AdaptationArguments) -> bool:
         return args.whole_word_mask

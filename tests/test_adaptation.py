@@ -123,7 +123,8 @@ def test_whole_word_masking_masks_every_subword_of_a_masked_word(tiny_paths):
     tokenizer = AutoTokenizer.from_pretrained(tiny_paths[0])  # WordPiece: "quickly" is q ##u ##i ##c ##k ##l ##y
     texts = ["somebody went quickly to paris", "the cat runs", "she likes york and quickly left"]
     encodings = [tokenizer(t, return_special_tokens_mask=True, return_offsets_mapping=True) for t in texts]
-    collator = MaskedLMCollator(tokenizer, whole_word_mask=True, mlm_probability=0.4, seed=0)
+    collator = MaskedLMCollator(tokenizer, whole_word_mask=True, mlm_probability=0.4, mask_replace_prob=1.0,
+                                random_replace_prob=0.0, seed=0)
     masked_multi_subword = 0
     for _ in range(30):  # examples of different lengths: the offsets are padded too
         batch = collator([dict(e) for e in encodings])
