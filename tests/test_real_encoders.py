@@ -153,6 +153,11 @@ def test_readme_examples_run_verbatim_and_print_what_they_claim(tmp_path):
     names, result = proc.stdout.strip().splitlines()[-2:]
     assert names == "['MiniLM', 'MPNet'] {0: 'unacceptable', 1: 'acceptable'}"
     assert ast.literal_eval(result)[0]["label"] == printed["Predictions"][0]
+    # the NER example
+    proc = subprocess.run([sys.executable, "-c", readme_block("ner")], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "['John', 'Smith', 'went', 'to', 'Paris'] 5 ['MiniLM', 'MPNet']"
 
 
 def test_members_load_by_name_from_a_plain_shell(tmp_path):
