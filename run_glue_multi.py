@@ -200,6 +200,12 @@ def parse_args(argv: list[str] | None = None):
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     argv = config_file_argv(parser, list(sys.argv[1:] if argv is None else argv))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    given = {a.split("=", 1)[0] for a in argv}
+    if not given & {"--do_train", "--do_eval", "--do_predict"}:
+        # no action asked for (TrainingArguments turns do_eval on by itself when an eval_strategy is set): a task
+        # given means train and evaluate, not an evaluation of untrained heads
+        training_args.do_train = training_args.do_eval = True
+        logger.warning("Neither --do_train, --do_eval nor --do_predict given: training and evaluating.")
     if not any(a == "--metric_for_best_model" or a.startswith("--metric_for_best_model=") for a in argv):
         # TrainingArguments picks "loss" whenever load_best_model_at_end is set; unless asked otherwise, the best
         # checkpoint is the task's (main() sets it once the task is known: MCC for CoLA, Spearman for STS-B, ...).
@@ -551,9 +557,6 @@ def main(argv: list[str] | None = None) -> dict:
     logger.setLevel(log_level)
     transformers.utils.logging.set_verbosity(log_level)
     datasets.utils.logging.set_verbosity(max(log_level, logging.WARNING))
-    if not (training_args.do_train or training_args.do_eval or training_args.do_predict):
-        training_args.do_train = training_args.do_eval = True
-        logger.warning("Neither --do_train, --do_eval nor --do_predict given: training and evaluating.")
     if not torch.cuda.is_available():
         training_args.dataloader_pin_memory = False  # nothing to pin to (and no warning about it)
 
