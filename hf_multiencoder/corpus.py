@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import chain
@@ -201,16 +202,57 @@ def group_texts(examples: dict[str, list], block_size: int) -> dict[str, list]:
     return {k: [v[i:i + block_size] for i in range(0, total, block_size)] for k, v in concatenated.items()}
 
 
+def segment_pairs(examples: dict[str, list], tokenizer, block_size: int, seed: int = 42,
+                  **options) -> dict[str, list]:
+    """BERT-style two-segment examples (as BERT and ELECTRA pretrain): the texts' tokens concatenated, cut into chunks
+    that fill a block of `block_size` with the pair's special tokens, each chunk split at a random token into a first
+    and a second segment, and the pair tokenized with its special tokens and token types.
+
+    The segments are cut from the texts by the tokens' character offsets, so each is real text (a chunk spanning
+    several texts joins its pieces with a space); fast tokenizers only.
+    """
+    budget = block_size - tokenizer.num_special_tokens_to_add(pair=True)
+    if budget < 2:
+        raise ValueError(f"A block of {block_size} tokens leaves {budget} for the two segments after the special "
+                         f"tokens; use a larger `max_seq_length`.")
+    texts = examples[TEXT_COLUMN]
+    offsets = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    stream = [(i, start, end) for i, spans in enumerate(offsets) for start, end in spans if end > start]
+    rng = random.Random(seed + len(stream))
+
+    def text_of(tokens):
+        runs: list[list] = []
+        for i, start, end in tokens:
+            if runs and runs[-1][0] == i:
+                runs[-1][2] = end
+            else:
+                runs.append([i, start, end])
+        return " ".join(texts[i][start:end] for i, start, end in runs)
+
+    firsts, seconds = [], []
+    for begin in range(0, len(stream), budget):
+        chunk = stream[begin:begin + budget]
+        if len(chunk) < 2:
+            continue
+        cut = rng.randint(1, len(chunk) - 1)
+        firsts.append(text_of(chunk[:cut]))
+        seconds.append(text_of(chunk[cut:]))
+    return tokenizer(firsts, seconds, truncation="longest_first", max_length=block_size, **options)
+
+
 def tokenize_corpus(
     corpus: DatasetDict | Dataset,
     tokenizer,
     max_seq_length: int = 128,
     line_by_line: bool = True,
     return_offsets_mapping: bool = False,
+    two_segments: bool = False,
+    seed: int = 42,
     **map_kwargs,
 ) -> DatasetDict | Dataset:
     """Tokenize a corpus for one member: each text truncated to `max_seq_length` (`line_by_line`), or all texts
-    concatenated and cut into blocks of `max_seq_length` tokens (`line_by_line=False`, run_mlm.py's grouping).
+    concatenated and cut into blocks of `max_seq_length` tokens (`line_by_line=False`, run_mlm.py's grouping), or
+    packed into two-segment blocks (`two_segments`, see `segment_pairs`; seeded split points).
 
     The columns are the tokenizer's, plus `special_tokens_mask` (the masking collator skips special tokens) and, with
     `return_offsets_mapping`, `offset_mapping` (whole-word masking finds word boundaries with it; fast tokenizers
@@ -218,10 +260,17 @@ def tokenize_corpus(
     """
     if max_seq_length < 2:
         raise ValueError(f"`max_seq_length` must be at least 2, got {max_seq_length}.")
-    if return_offsets_mapping and not tokenizer.is_fast:
+    if (return_offsets_mapping or two_segments) and not tokenizer.is_fast:
         raise ValueError(f"{type(tokenizer).__name__} is not a fast tokenizer: it gives no offset mapping, which "
-                         f"whole-word masking needs.")
+                         f"{'two-segment packing' if two_segments else 'whole-word masking'} needs.")
     options = {"return_special_tokens_mask": True, "return_offsets_mapping": return_offsets_mapping}
+    if two_segments:
+        columns = corpus.column_names
+        columns = columns[next(iter(columns))] if isinstance(columns, dict) else columns
+        map_kwargs.setdefault("desc", f"Packing into two-segment blocks of {max_seq_length}")
+        return corpus.map(segment_pairs, batched=True, remove_columns=columns,
+                          fn_kwargs={"tokenizer": tokenizer, "block_size": max_seq_length, "seed": seed, **options},
+                          **map_kwargs)
 
     def tokenize(batch):
         if line_by_line:
@@ -283,6 +332,7 @@ __all__ = [
     "group_texts",
     "load_corpus",
     "read_text_file",
+    "segment_pairs",
     "task_texts",
     "tokenize_corpus",
 ]
