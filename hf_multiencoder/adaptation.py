@@ -24,7 +24,8 @@ tokenizer; the head only on request, in `mlm/`), loadable by `AutoModel.from_pre
 `run_glue_multi.py --encoders`; `adaptation_results.json` with each member's loss and perplexity. A saved
 multi-encoder (or a live one) is adapted in place: its members' weights are replaced, fusion and head are kept.
 
-The objective is pluggable (`OBJECTIVES`, `register_objective`): masked LM (`"mlm"`) is the one built in.
+The objective is pluggable (`OBJECTIVES`, `register_objective`): masked LM (`"mlm"`) and replaced-token detection
+(`"rtd"`, ELECTRA; `pretraining.py`) are built in.
 Training side: not shipped with the weights.
 """
 
@@ -84,7 +85,10 @@ ADAPTATION_DEFAULTS: dict[str, Any] = {
 class AdaptationArguments:
     """How members are adapted (the objective's side; the `Trainer`'s options are its `TrainingArguments`)."""
 
-    objective: str = field(default="mlm", metadata={"help": "The pretraining objective: mlm (masked LM)."})
+    objective: str = field(
+        default="mlm", metadata={"help": "The pretraining objective: mlm (masked LM) or rtd (replaced-token "
+                                         "detection, ELECTRA: the member is the discriminator)."}
+    )
     adapt_members: list[str] | None = field(
         default=None, metadata={"help": "Members to adapt, by index or name (default: all); the others are kept."}
     )
@@ -728,3 +732,6 @@ __all__ = [
     "max_positions",
     "register_objective",
 ]
+
+# the replaced-token-detection objective ("rtd") registers itself from the pretraining module, which builds on this one
+from . import pretraining as _pretraining  # noqa: E402, F401
