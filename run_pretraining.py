@@ -24,13 +24,12 @@ from __future__ import annotations
 import logging
 import sys
 
-import datasets
-import transformers
 from transformers import HfArgumentParser, TrainingArguments
 
 from hf_multiencoder.corpus import CorpusArguments
 from hf_multiencoder.pretraining import PRETRAINING_DEFAULTS, PretrainingArguments, pretrain
 from run_glue_multi import config_file_argv
+from run_mlm_multi import setup_logging
 
 logger = logging.getLogger(__name__)
 
@@ -44,13 +43,7 @@ def parse_args(argv: list[str] | None = None):
 
 def main(argv: list[str] | None = None) -> dict:
     pretraining_args, corpus_args, training_args = parse_args(argv)
-    logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", datefmt="%H:%M:%S",
-                        handlers=[logging.StreamHandler(sys.stdout)])
-    log_level = training_args.get_process_log_level()
-    for name in (__name__, "hf_multiencoder"):
-        logging.getLogger(name).setLevel(log_level)
-    transformers.utils.logging.set_verbosity(log_level)
-    datasets.utils.logging.set_verbosity(max(log_level, logging.WARNING))
+    setup_logging(training_args, __name__)
 
     corpus = corpus_args.load(seed=training_args.seed)
     report = pretrain(pretraining_args, corpus, training_args)

@@ -61,7 +61,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_N
 
 from .corpus import tokenize_corpus
 from .optimization import multiencoder_base
-from .runs import last_complete_checkpoint
+from .runs import last_complete_checkpoint, save_into
 from .tokenization_multiencoder import pad_rows
 
 logger = logging.getLogger(__name__)
@@ -120,12 +120,17 @@ class AdaptationArguments:
             raise ValueError(f"Unknown objective {self.objective!r}; known: {', '.join(OBJECTIVES)}.")
         if self.head_warmup not in ("auto", "always", "never"):
             raise ValueError(f"`head_warmup` must be auto, always or never, got {self.head_warmup!r}.")
-        if not 0 < self.mlm_probability < 1:
-            raise ValueError(f"`mlm_probability` must be in (0, 1), got {self.mlm_probability}.")
-        if self.max_seq_length < 2:
-            raise ValueError(f"`max_seq_length` must be at least 2, got {self.max_seq_length}.")
+        check_masking(self.mlm_probability, self.max_seq_length)
         if self.head_warmup_epochs < 0:
             raise ValueError(f"`head_warmup_epochs` must be >= 0, got {self.head_warmup_epochs}.")
+
+
+def check_masking(mlm_probability: float, max_seq_length: int) -> None:
+    """Raise a `ValueError` for a share of masked tokens outside (0, 1) or examples shorter than 2 tokens."""
+    if not 0 < mlm_probability < 1:
+        raise ValueError(f"`mlm_probability` must be in (0, 1), got {mlm_probability}.")
+    if max_seq_length < 2:
+        raise ValueError(f"`max_seq_length` must be at least 2, got {max_seq_length}.")
 
 
 def default_training_arguments(output_dir: str, **overrides) -> TrainingArguments:
@@ -700,16 +705,8 @@ def _adapt_multiencoder(model, corpus, training_args, adaptation_args, output_di
             del mlm_model
         report["members"].append(entry)
     if output_dir:
-        tmp = os.path.join(output_dir, ".model.partial")
-        shutil.rmtree(tmp, ignore_errors=True)
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        for entry in os.listdir(tmp):
-            destination = os.path.join(output_dir, entry)
-            if os.path.isdir(destination):
-                shutil.rmtree(destination)
-            os.replace(os.path.join(tmp, entry), destination)
-        os.rmdir(tmp)
+        save_into(output_dir, lambda folder: (model.save_pretrained(folder), tokenizer.save_pretrained(folder)),
+                  partial=".model.partial")
     result = _finish(report, output_dir)
     result["model"] = model
     return result
@@ -725,6 +722,7 @@ __all__ = [
     "MaskedLMObjective",
     "adapt_members",
     "adapt_one",
+    "check_masking",
     "check_max_seq_length",
     "default_training_arguments",
     "format_table",

@@ -33,7 +33,6 @@ import dataclasses
 import json
 import logging
 import os
-import shutil
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -63,13 +62,14 @@ from .adaptation import (
     AdaptationTrainer,
     MaskedLMCollator,
     MaskedLMObjective,
+    check_masking,
     check_max_seq_length,
     mask_once,
     register_objective,
 )
 from .corpus import tokenize_corpus
 from .modeling_rtd import REPLACED_LABEL, RTDForPreTraining, word_embeddings_size
-from .runs import prepare_output_dir, resolve_resume, write_run_args
+from .runs import prepare_output_dir, resolve_resume, save_into, write_run_args
 
 logger = logging.getLogger(__name__)
 
@@ -145,12 +145,9 @@ class PretrainingArguments:
             raise ValueError(f"Unknown objective {self.objective!r}; known: rtd, mlm.")
         if not 0 < self.generator_size <= 1:
             raise ValueError(f"`generator_size` must be in (0, 1], got {self.generator_size}.")
-        if not 0 < self.mlm_probability < 1:
-            raise ValueError(f"`mlm_probability` must be in (0, 1), got {self.mlm_probability}.")
+        check_masking(self.mlm_probability, self.max_seq_length)
         if self.discriminator_weight < 0:
             raise ValueError(f"`discriminator_weight` must be >= 0, got {self.discriminator_weight}.")
-        if self.max_seq_length < 2:
-            raise ValueError(f"`max_seq_length` must be at least 2, got {self.max_seq_length}.")
         if self.architecture not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
             raise ValueError(f"--architecture {self.architecture!r} has no masked-LM class in transformers; use one "
                              f"of electra, albert, bert, roberta, mpnet, ...")
@@ -395,19 +392,6 @@ register_objective(RTDObjective(), overwrite=True)
 
 
 # ---- the entry point ------------------------------------------------------------------------------------------------
-def _save_atomically(output_dir: str, save) -> None:
-    """Write the final files into a temporary folder, then move them into `output_dir` (nothing half-written)."""
-    tmp = os.path.join(output_dir, ".final.partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    save(tmp)
-    for entry in os.listdir(tmp):
-        destination = os.path.join(output_dir, entry)
-        if os.path.isdir(destination):
-            shutil.rmtree(destination)
-        os.replace(os.path.join(tmp, entry), destination)
-    os.rmdir(tmp)
-
-
 def pretrain(args: PretrainingArguments, corpus: DatasetDict, training_args: TrainingArguments) -> dict:
     """Pretrain (or continue pretraining) a model on `corpus` (a `load_corpus` result) and save it to
     `training_args.output_dir` (see the module's docstring). Returns the report also written to
@@ -464,7 +448,7 @@ def pretrain(args: PretrainingArguments, corpus: DatasetDict, training_args: Tra
             model.generator.save_pretrained(os.path.join(folder, GENERATOR_FOLDER))
             tokenizer.save_pretrained(os.path.join(folder, GENERATOR_FOLDER))
 
-    _save_atomically(output_dir, save)
+    save_into(output_dir, save)
     report = {
         "objective": args.objective,
         "settings": {**dataclasses.asdict(args), "max_steps": training_args.max_steps,

@@ -98,6 +98,20 @@ def prepare_output_dir(output_dir: str, overwrite: bool = False, resuming: bool 
     os.makedirs(output_dir, exist_ok=True)
 
 
+def save_into(output_dir: str, save, partial: str = ".final.partial") -> None:
+    """Write a run's final files whole or not at all: `save(folder)` writes them into a temporary folder inside
+    `output_dir`, then each is moved into `output_dir` (replacing an older one of the same name)."""
+    tmp = os.path.join(output_dir, partial)
+    shutil.rmtree(tmp, ignore_errors=True)
+    save(tmp)
+    for entry in os.listdir(tmp):
+        destination = os.path.join(output_dir, entry)
+        if os.path.isdir(destination):
+            shutil.rmtree(destination)
+        os.replace(os.path.join(tmp, entry), destination)
+    os.rmdir(tmp)
+
+
 def write_run_args(output_dir: str, args: dict) -> str:
     """Record a run's arguments (JSON-safe values) in `run_args.json`."""
     path = os.path.join(output_dir, RUN_ARGS_NAME)
@@ -122,4 +136,4 @@ def check_resume_args(output_dir: str, args: dict, keys: list[str]) -> None:
 
 
 __all__ = ["check_resume_args", "checkpoint_problem", "last_complete_checkpoint", "list_checkpoints",
-           "prepare_output_dir", "resolve_resume", "write_run_args"]
+           "prepare_output_dir", "resolve_resume", "save_into", "write_run_args"]

@@ -3,6 +3,7 @@ ALBERT configs: the published recipe (masking rates, replaced labels, Gumbel-max
 embeddings, no gradient through sampling), learning on a small repeated corpus, the saved layout, continued
 pretraining of a member, two-segment blocks, and the bad inputs."""
 
+import importlib.util
 import json
 import os
 import random
@@ -23,6 +24,7 @@ from transformers import (
     ElectraModel,
 )
 
+import run_pretraining
 from hf_multiencoder import MultiEncoderForSequenceClassification, MultiEncoderTokenizer, modeling_rtd
 from hf_multiencoder.adaptation import adapt_members, mask_once
 from hf_multiencoder.corpus import build_corpus, tokenize_corpus
@@ -38,6 +40,7 @@ from hf_multiencoder.pretraining import (
 )
 from hf_multiencoder.testing_utils import WORDS, bert_vocab
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOCAB = len(bert_vocab())
 SIZES = {"vocab_size": VOCAB, "num_hidden_layers": 2, "intermediate_size": 37, "max_position_embeddings": 64}
 
@@ -298,3 +301,44 @@ def test_bad_inputs(tokenizer, tiny_paths, corpus, tmp_path):
         PretrainingArguments(generator_size=0)
     with pytest.raises(ValueError, match="no masked-LM class"):
         PretrainingArguments(architecture="gpt2")
+
+
+# ---- the scripts ----------------------------------------------------------------------------------------------------
+def test_run_pretraining_defaults_are_electra_small_settings(tmp_path):
+    args, corpus_args, training_args = run_pretraining.parse_args(["--train_file", "x.txt", "--output_dir",
+                                                                   str(tmp_path)])
+    assert (args.objective, args.discriminator, args.generator_size, args.discriminator_weight) == (
+        "rtd", "tiny", 0.25, 50.0)
+    assert (training_args.per_device_train_batch_size, training_args.learning_rate, training_args.adam_epsilon,
+            training_args.warmup_steps, training_args.max_steps) == (128, 5e-4, 1e-6, 10000, 1000000)
+    assert corpus_args.train_file == ["x.txt"]
+
+
+@pytest.mark.slow
+def test_run_pretraining_and_the_protocol_script(tmp_path, tiny_paths, corpus, shared_data):
+    lines = tmp_path / "corpus.txt"
+    lines.write_text("\n".join([*corpus["train"]["text"], *corpus["validation"]["text"]]) + "\n")
+    common = ["--discriminator", "tiny", "--tokenizer", tiny_paths[0], "--train_file", str(lines),
+              "--max_seq_length", "16", "--per_device_train_batch_size", "8", "--max_steps", "3",
+              "--warmup_steps", "0", "--use_cpu", "true", "--disable_tqdm", "true"]
+    for objective in ("rtd", "mlm"):
+        report = run_pretraining.main([*common, "--objective", objective, "--output_dir", str(tmp_path / objective)])
+        assert report["objective"] == objective and report["train"]["train_loss"] > 0
+    with pytest.raises(ValueError, match="not empty"):
+        run_pretraining.main([*common, "--output_dir", str(tmp_path / "rtd")])  # no silent reuse of a run folder
+
+    spec = importlib.util.spec_from_file_location("pretraining_protocol",
+                                                  os.path.join(REPO, "scripts", "pretraining_protocol.py"))
+    protocol = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(protocol)
+    argv = ["--models", f"rtd={tmp_path / 'rtd'}", f"mlm={tmp_path / 'mlm'}", "--tasks", "mrpc", "--seeds", "1", "2",
+            "--data_dir", shared_data, "--max_train_samples", "32", "--max_eval_samples", "32",
+            "--num_train_epochs", "1", "--max_seq_length", "32", "--output_dir", str(tmp_path / "glue"),
+            "--results", str(tmp_path / "results" / "pretraining"), "--", "--use_cpu", "true"]
+    summary = protocol.main(argv)
+    scores = summary["tasks"]["mrpc"]["scores"]
+    assert set(scores) == {"rtd", "mlm"} and all(len(s["best_epoch"]["scores"]) == 2 for s in scores.values())
+    assert summary["tasks"]["mrpc"]["winner"]["model"] in ("rtd", "mlm")
+    assert summary["pretraining"]["rtd"]["max_steps"] == 3 and "eval_replaced_recall" in summary["pretraining"]["rtd"]
+    md = (tmp_path / "results" / "pretraining.md").read_text()
+    assert "| rtd | rtd | 3 x 8 x 16 |" in md and "| mrpc | f1 |" in md
