@@ -69,7 +69,7 @@ from .adaptation import (
 )
 from .corpus import tokenize_corpus
 from .modeling_rtd import REPLACED_LABEL, RTDForPreTraining, word_embeddings_size
-from .runs import prepare_output_dir, resolve_resume, save_into, write_run_args
+from .runs import check_resume_args, prepare_output_dir, resolve_resume, save_into, write_run_args
 
 logger = logging.getLogger(__name__)
 
@@ -429,7 +429,11 @@ def pretrain(args: PretrainingArguments, corpus: DatasetDict, training_args: Tra
               "data_collator": collator, "processing_class": tokenizer}
     trainer = (RTDTrainer(**common) if args.objective == "rtd"
                else AdaptationTrainer(**common, encoder=model.base_model))
-    write_run_args(output_dir, {"pretraining": dataclasses.asdict(args), "seed": training_args.seed})
+    recorded = {k: v for k, v in dataclasses.asdict(args).items() if k != "overwrite_output_dir"}
+    run_args = {"pretraining": recorded, "seed": training_args.seed}
+    if checkpoint is not None:  # resuming with other arguments would be a silently different model
+        check_resume_args(output_dir, run_args, ["pretraining", "seed"])
+    write_run_args(output_dir, run_args)
 
     start = time.time()
     train_result = trainer.train(resume_from_checkpoint=checkpoint)

@@ -195,12 +195,12 @@ def test_loss_falls_and_the_discriminator_beats_the_all_original_baseline(tokeni
 
 
 # ---- the entry point: saved layout, presets, continued pretraining --------------------------------------------------
-def _pretrain(tmp_path, corpus, name, **kwargs):
+def _pretrain(tmp_path, corpus, name, training=None, **kwargs):
     steps = kwargs.pop("max_steps", 4)
     args = PretrainingArguments(**{"max_seq_length": 16, **kwargs})
     training_args = default_pretraining_arguments(str(tmp_path / name), max_steps=steps, warmup_steps=0,
                                                   per_device_train_batch_size=8, use_cpu=True, disable_tqdm=True,
-                                                  seed=0)
+                                                  seed=0, **(training or {}))
     return pretrain(args, corpus, training_args), tmp_path / name
 
 
@@ -242,6 +242,19 @@ def test_continued_pretraining_of_a_member_and_the_mlm_baseline(tmp_path, tiny_p
                             tokenizer=tiny_paths[0])
     assert report["model"]["architecture"] == "AlbertForMaskedLM" and "eval_loss" in report["eval"]
     assert AutoModel.from_pretrained(out).config.hidden_size == 128
+
+
+@pytest.mark.slow
+def test_a_pretraining_run_resumes_from_its_checkpoint_with_the_same_arguments_only(tmp_path, tiny_paths, corpus):
+    common = {"discriminator": "tiny", "tokenizer": tiny_paths[0]}
+    _pretrain(tmp_path, corpus, "run", max_steps=2, training={"save_strategy": "steps", "save_steps": 2}, **common)
+    assert (tmp_path / "run" / "checkpoint-2" / "trainer_state.json").is_file()
+    resume = {"resume_from_checkpoint": "true", "save_strategy": "steps", "save_steps": 2}
+    with pytest.raises(ValueError, match="other arguments"):
+        _pretrain(tmp_path, corpus, "run", max_steps=4, training=resume, discriminator_weight=10.0, **common)
+    report, _ = _pretrain(tmp_path, corpus, "run", max_steps=4, training=resume, **common)
+    assert report["train"]["train_loss"] > 0
+    assert [e["step"] for e in report["log_history"] if "train_runtime" in e] == [4]
 
 
 @pytest.mark.slow
