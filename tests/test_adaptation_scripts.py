@@ -43,8 +43,9 @@ def test_run_mlm_multi_defaults_and_config(tmp_path):
         run_mlm_multi.parse_args(["--train_file", "x.txt", "--output_dir", str(tmp_path)])
     with pytest.raises(ValueError, match="Give unlabelled text"):
         run_mlm_multi.parse_args(["--encoders", "a", "--output_dir", str(tmp_path)])
-    with pytest.raises(ValueError, match="Unknown objective 'rtd'"):
-        run_mlm_multi.parse_args(base + ["--objective", "rtd"])
+    with pytest.raises(ValueError, match="Unknown objective 'clm'; known: mlm, rtd"):
+        run_mlm_multi.parse_args(base + ["--objective", "clm"])
+    assert run_mlm_multi.parse_args(base + ["--objective", "rtd"])[2].objective == "rtd"
 
 
 @pytest.mark.slow
