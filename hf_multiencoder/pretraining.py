@@ -207,7 +207,8 @@ def generator_config(discriminator, size: float = 0.25):
         embedding_size=word_embeddings_size(discriminator),
         hidden_size=hidden,
         num_attention_heads=heads,
-        intermediate_size=max(1, round(discriminator.intermediate_size * size)),
+        intermediate_size=max(1, round(getattr(discriminator, "intermediate_size", 4 * discriminator.hidden_size)
+                                       * size)),  # DistilBERT names it hidden_dim
         num_hidden_layers=discriminator.num_hidden_layers,
         max_position_embeddings=discriminator.max_position_embeddings,
         type_vocab_size=getattr(discriminator, "type_vocab_size", 2),
