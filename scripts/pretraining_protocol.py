@@ -68,7 +68,7 @@ def winner(scores: dict[str, dict]) -> dict:
     best, second = ranked[0], ranked[1]
     gap = scores[best]["median"] - scores[second]["median"]
     spread = max(scores[best]["std"], scores[second]["std"])
-    return {"model": best, "gap": gap, "spread": spread, "clear": gap > spread}
+    return {"model": best if gap > 0 else "tie", "gap": gap, "spread": spread, "clear": gap > spread}
 
 
 def markdown(summary: dict) -> str:
@@ -94,7 +94,8 @@ def markdown(summary: dict) -> str:
         cells = [f"{format_summary(t['scores'][m][k], 1)}" for m in summary["models"]
                  for k in ("best_epoch", "final_epoch")]
         w = t["winner"]
-        verdict = f"{w['model']} +{w['gap']:.1f} ({'clear' if w['clear'] else 'within spread'}, std {w['spread']:.1f})"
+        verdict = (f"{w['model']} +{w['gap']:.1f} ({'clear' if w['clear'] else 'within spread'}, std "
+                   f"{w['spread']:.1f})" if w["model"] != "tie" else f"tie (std {w['spread']:.1f})")
         lines.append(f"| {task} | {t['metric']} | " + " | ".join(cells) + f" | {verdict} |")
     return "\n".join(lines) + "\n"
 
