@@ -21,6 +21,7 @@ from transformers import initialization as init
 from transformers.utils import ModelOutput
 
 from .configuration_multiencoder import MultiEncoderConfig, set_member_dropout
+from .embedding_multiencoder import MultiEncoderEmbeddingMixin
 from .fusion_multiencoder import build_fusion
 
 _INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids", "word_ids")
@@ -225,7 +226,7 @@ def word_tags(logits, word_mask, keep, id2label: dict, outside: str = "O") -> li
 
 
 # ---- models ------------------------------------------------------------------------------------------------------
-class MultiEncoderPreTrainedModel(PreTrainedModel):
+class MultiEncoderPreTrainedModel(MultiEncoderEmbeddingMixin, PreTrainedModel):
     config_class = MultiEncoderConfig
     base_model_prefix = "multiencoder"
     main_input_name = "input_ids"
@@ -290,7 +291,9 @@ class MultiEncoderPreTrainedModel(PreTrainedModel):
         config = MultiEncoderConfig.from_encoder_configs(
             [m.config for m in members], encoder_names=encoder_names or [str(e) for e in encoders], **kwargs
         )
-        return cls(config, encoders=members)
+        model = cls(config, encoders=members)
+        model.base_model._untrained_fusion = config.fusion != "concat"  # `encode` warns until a training step
+        return model
 
 
 class MultiEncoderModel(MultiEncoderPreTrainedModel):
@@ -340,13 +343,31 @@ class MultiEncoderModel(MultiEncoderPreTrainedModel):
     def output_size(self) -> int:
         return self.fusion.output_size
 
-    def encode_member(self, i, input_ids, attention_mask, token_type_ids=None):
-        """Run member ``i``; returns its last hidden state and (if its pooling needs them) all hidden states."""
+    def encode_member(self, i, input_ids, attention_mask, token_type_ids=None, output_hidden_states=None):
+        """Run member ``i``; returns its last hidden state and (if its pooling needs them, or if asked) all hidden
+        states."""
         kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
         if token_type_ids is not None and self._takes_token_type_ids[i]:
             kwargs["token_type_ids"] = token_type_ids
-        out = self.encoders[i](**kwargs, output_hidden_states=self._needs_hidden_states[i], return_dict=True)
+        if output_hidden_states is None:
+            output_hidden_states = self._needs_hidden_states[i]
+        out = self.encoders[i](**kwargs, output_hidden_states=output_hidden_states, return_dict=True)
         return out.last_hidden_state, out.hidden_states
+
+    def sentence_member_embeddings(self, input_ids, attention_mask=None, token_type_ids=None) -> list[torch.Tensor]:
+        """Each member's sentence vector ``(batch, d_i)``, pooled per ``config.pooling``, also for a word-level model
+        (whose forward pools words instead)."""
+        n = self.config.num_encoders
+        input_ids = _as_list(input_ids, n, "input_ids")
+        attention_mask = [torch.ones_like(ids) if m is None else m
+                          for ids, m in zip(input_ids, _as_list(attention_mask, n, "attention_mask"))]
+        token_type_ids = _as_list(token_type_ids, n, "token_type_ids")
+        embeddings = []
+        for i, pooling in enumerate(self.config.encoder_poolings):
+            last, hidden = self.encode_member(i, input_ids[i], attention_mask[i], token_type_ids[i],
+                                              output_hidden_states=pooling.startswith("last4"))
+            embeddings.append(pool_sentence(pooling, last, hidden, attention_mask[i]))  # (batch, d_i)
+        return embeddings
 
     def forward(
         self,
@@ -366,6 +387,8 @@ class MultiEncoderModel(MultiEncoderPreTrainedModel):
         n = self.config.num_encoders
         if input_ids is None:
             raise ValueError("`input_ids` is required: a list with one (batch, seq) tensor per member encoder.")
+        if self.training and torch.is_grad_enabled():
+            self._untrained_fusion = False  # a training step: the fusion is being trained (`encode` stops warning)
         if _is_example_major(input_ids):  # batched pipeline: pad each member's inputs here, on the device
             pad_ids = [c.get("pad_token_id") or 0 for c in self.config.encoders]
             input_ids = _member_major(input_ids, n, "input_ids", pad_ids)
