@@ -27,5 +27,6 @@ setup(
         "dev": ["pytest>=8", "ruff>=0.5", "tensorboard>=2.14"],
         "tensorboard": ["tensorboard>=2.14"],
         "plot": ["matplotlib>=3.7"],
+        "sentence-transformers": ["sentence-transformers>=6.0,<7"],
     },
 )

@@ -41,6 +41,9 @@ _LAZY_IMPORTS = {
     "push_multiencoder_to_hub": "hub",
     "load_task": "data",
     "tokenize_task": "data",
+    # sentence-transformers (an optional extra): imported only when these are used
+    "save_sentence_transformer": "sentence_embeddings",
+    "to_sentence_transformer": "sentence_embeddings",
 }
 
 
@@ -92,5 +95,7 @@ __all__ = [
     "mean_fusion_weights",
     "push_multiencoder_to_hub",
     "register_task",
+    "save_sentence_transformer",
+    "to_sentence_transformer",
     "tokenize_task",
 ]

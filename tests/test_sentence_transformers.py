@@ -1,0 +1,182 @@
+"""The multi-encoder as a SentenceTransformer (tiny random members): the saved folder loads with
+`SentenceTransformer(path, trust_remote_code=True)`, also where hf_multiencoder cannot be imported, gives the vectors
+of `model.encode`, trains with SentenceTransformerTrainer and its losses and evaluates with
+EmbeddingSimilarityEvaluator."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from hf_multiencoder import MultiEncoderForSequenceClassification, MultiEncoderModel, MultiEncoderTokenizer
+
+pytest.importorskip("sentence_transformers", reason="sentence-transformers is not installed: pip install "
+                    "'hf_multiencoder[sentence-transformers]' (make install does)")
+from datasets import Dataset  # noqa: E402
+from sentence_transformers import (  # noqa: E402
+    SentenceTransformer,
+    SentenceTransformerTrainer,
+    SentenceTransformerTrainingArguments,
+)
+from sentence_transformers.sentence_transformer.evaluation import EmbeddingSimilarityEvaluator  # noqa: E402
+from sentence_transformers.sentence_transformer.losses import (  # noqa: E402
+    CosineSimilarityLoss,
+    MultipleNegativesRankingLoss,
+)
+
+from hf_multiencoder.sentence_embeddings import save_sentence_transformer, to_sentence_transformer  # noqa: E402
+
+NAMES = ["bert", "roberta", "distil"]
+SENTENCES = ["He can will go", "the cat sat on the mat quickly", "a dog", "Somebody just left new york."]
+MODULE_TYPE = "sentence_transformers_multiencoder.MultiEncoderTransformer"
+PAIRS = {"sentence1": ["the cat sat", "a dog runs", "he went to paris", "she left", "john smith is new", "it was"],
+         "sentence2": ["the dog sat", "a cat runs", "she went to york", "he left new york", "john is", "a mat"],
+         "score": [0.9, 0.6, 0.5, 0.3, 0.7, 0.0]}
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_paths):
+    return MultiEncoderTokenizer.from_encoders(tiny_paths, encoder_names=NAMES)
+
+
+@pytest.fixture(scope="module")
+def saved(tiny_paths, tokenizer, tmp_path_factory):
+    """A `concat` model saved as a SentenceTransformer folder, and its `encode` vectors."""
+    folder = str(tmp_path_factory.mktemp("fused-st"))
+    model = MultiEncoderModel.from_encoders(tiny_paths, encoder_names=NAMES, fusion="concat")
+    save_sentence_transformer(model, folder, tokenizer)
+    return folder, model.encode(SENTENCES, tokenizer=tokenizer)
+
+
+def test_saved_folder(saved):
+    folder, _ = saved
+    files = set(os.listdir(folder))
+    assert {"modules.json", "config_sentence_transformers.json", "config.json", "model.safetensors",
+            "sentence_transformers_multiencoder.py", "modeling_multiencoder.py", "embedding_multiencoder.py",
+            "tokenizer_config.json", "tokenizer_0", "tokenizer_2"} <= files
+    modules = json.load(open(os.path.join(folder, "modules.json")))
+    assert [(m["path"], m["type"]) for m in modules] == [("", MODULE_TYPE)]
+    config = json.load(open(os.path.join(folder, "config.json")))
+    assert config["auto_map"]["AutoModel"] == "modeling_multiencoder.MultiEncoderModel"
+
+
+def test_round_trip_gives_the_vectors_of_encode(saved):
+    folder, expected = saved
+    st = SentenceTransformer(folder, trust_remote_code=True, device="cpu")
+    assert type(st[0]).__module__.startswith("transformers_modules.")  # the folder's own code
+    assert st.get_embedding_dimension() == expected.shape[1] == 96
+    np.testing.assert_allclose(st.encode(SENTENCES), expected, atol=1e-5)
+    np.testing.assert_allclose(st.encode(SENTENCES, batch_size=1), expected, atol=1e-5)
+    unit = st.encode(SENTENCES, normalize_embeddings=True)
+    np.testing.assert_allclose(np.linalg.norm(unit, axis=1), 1.0, atol=1e-5)
+    torch.testing.assert_close(st.similarity(expected, expected), torch.as_tensor(expected @ expected.T / np.outer(
+        np.linalg.norm(expected, axis=1), np.linalg.norm(expected, axis=1))), atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="trust_remote_code"):
+        SentenceTransformer(folder, device="cpu")
+
+
+def test_features_are_top_level_tensors_per_member(saved):
+    """sentence-transformers moves only top-level tensors to the device: every member's are top-level."""
+    st = SentenceTransformer(saved[0], trust_remote_code=True, device="cpu")
+    features = st.preprocess(SENTENCES)
+    assert {"input_ids", "input_ids_1", "input_ids_2", "attention_mask", "attention_mask_2"} <= set(features)
+    assert all(isinstance(v, torch.Tensor) for v in features.values())
+    assert features["input_ids_1"][0, 0].item() == 0  # RoBERTa's <s>, the second member's own ids
+    with pytest.raises(ValueError, match="not a string"):
+        st.preprocess([["a", "b", "c"]])
+
+
+def test_dme_round_trip_and_head_models(tiny_paths, tokenizer, tmp_path):
+    """A classifier's members and trained-or-not fusion go into the SentenceTransformer; its head does not."""
+    torch.manual_seed(0)
+    model = MultiEncoderForSequenceClassification.from_encoders(tiny_paths, encoder_names=NAMES, fusion="dme",
+                                                                 num_labels=2)
+    expected = model.encode(SENTENCES, tokenizer=tokenizer)
+    save_sentence_transformer(model, str(tmp_path), tokenizer)
+    st = SentenceTransformer(str(tmp_path), trust_remote_code=True, device="cpu")
+    assert st.get_embedding_dimension() == 40
+    np.testing.assert_allclose(st.encode(SENTENCES), expected, atol=1e-5)
+
+
+def test_bad_inputs(tiny_paths, tokenizer, tmp_path):
+    model = MultiEncoderModel.from_encoders(tiny_paths, encoder_names=NAMES, fusion="concat")
+    with pytest.raises(ValueError, match="2 member tokenizers"):
+        to_sentence_transformer(model, MultiEncoderTokenizer.from_encoders(tiny_paths[:2]))
+    with pytest.raises(ValueError, match="max_seq_length"):
+        to_sentence_transformer(model, tokenizer, max_seq_length=0)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match="is a file"):
+        save_sentence_transformer(model, str(tmp_path / "file"), tokenizer)
+
+
+@pytest.mark.slow  # a subprocess or a compile: run by `make test`, skipped by `make test-fast`
+def test_loads_without_the_package(saved, tmp_path):
+    """A fresh interpreter that cannot import hf_multiencoder loads the folder with sentence-transformers."""
+    folder, expected = saved
+    site_packages = os.path.dirname(os.path.dirname(transformers.__file__))
+    code = textwrap.dedent(f"""
+        import json, sys
+        sys.path.append({site_packages!r})  # site-packages without its .pth files: no editable hf_multiencoder
+        try:
+            import hf_multiencoder
+            print(json.dumps({{"importable": True}})); sys.exit(0)
+        except ImportError:
+            pass
+        from sentence_transformers import SentenceTransformer
+        st = SentenceTransformer({folder!r}, trust_remote_code=True, device="cpu")
+        print(json.dumps({{"importable": False, "module": type(st[0]).__module__,
+                          "embeddings": st.encode({SENTENCES!r}).tolist()}}))
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["HF_MODULES_CACHE"] = str(tmp_path / "modules")
+    proc = subprocess.run([sys.executable, "-S", "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["importable"] is False, "the subprocess must not see hf_multiencoder"
+    assert result["module"].startswith("transformers_modules.")
+    np.testing.assert_allclose(np.array(result["embeddings"]), expected, atol=1e-5)
+
+
+@pytest.mark.slow  # trains: a few seconds per loss
+def test_trainer_losses_and_evaluator(tiny_paths, tokenizer, tmp_path):
+    """One step of CosineSimilarityLoss moves every member, MultipleNegativesRankingLoss trains too, the evaluator
+    scores the model, and the saved checkpoint is a folder that loads with remote code."""
+    torch.manual_seed(0)
+    model = MultiEncoderModel.from_encoders(tiny_paths, encoder_names=NAMES, fusion="concat")
+    st = to_sentence_transformer(model, tokenizer, device="cpu")
+    before = {n: p.detach().clone() for n, p in st.named_parameters()}
+    data = Dataset.from_dict(PAIRS)
+    args = SentenceTransformerTrainingArguments(output_dir=str(tmp_path / "run"), max_steps=1,
+                                                per_device_train_batch_size=6, learning_rate=1e-2, report_to=[],
+                                                save_strategy="steps", save_steps=1, use_cpu=True, seed=0)
+    trainer = SentenceTransformerTrainer(model=st, args=args, train_dataset=data, loss=CosineSimilarityLoss(st))
+    trainer.train()
+    for i in range(3):
+        moved = [n for n, p in st.named_parameters() if f".encoders.{i}." in n and not torch.equal(p, before[n])]
+        assert len(moved) > 10, f"member {i} did not train"
+    # the trained module is the model itself: model.encode sees the trained members
+    np.testing.assert_allclose(st.encode(SENTENCES), model.encode(SENTENCES, tokenizer=tokenizer), atol=1e-5)
+    checkpoint = tmp_path / "run" / "checkpoint-1"
+    assert json.load(open(checkpoint / "modules.json"))[0]["type"] == MODULE_TYPE
+    reloaded = SentenceTransformer(str(checkpoint), trust_remote_code=True, device="cpu")
+    np.testing.assert_allclose(reloaded.encode(SENTENCES), st.encode(SENTENCES), atol=1e-5)
+
+    evaluator = EmbeddingSimilarityEvaluator(PAIRS["sentence1"], PAIRS["sentence2"], PAIRS["score"], name="tiny")
+    metrics = evaluator(st)
+    assert -1.0 <= metrics["tiny_spearman_cosine"] <= 1.0
+
+    before = {n: p.detach().clone() for n, p in st.named_parameters()}
+    args = SentenceTransformerTrainingArguments(output_dir=str(tmp_path / "mnrl"), max_steps=1,
+                                                per_device_train_batch_size=6, learning_rate=1e-2, report_to=[],
+                                                save_strategy="no", use_cpu=True, seed=0)
+    pairs = data.select_columns(["sentence1", "sentence2"])
+    SentenceTransformerTrainer(model=st, args=args, train_dataset=pairs,
+                               loss=MultipleNegativesRankingLoss(st)).train()
+    assert any(not torch.equal(p, before[n]) for n, p in st.named_parameters() if ".encoders.1." in n)
