@@ -1,0 +1,275 @@
+#!/usr/bin/env python
+"""Sentence embeddings of the members and of their fusion on semantic textual similarity: zero-shot, and after
+fine-tuning on STS-B train with sentence-transformers.
+
+    python scripts/sts_embeddings.py --output_dir results/sts                              # zero-shot only
+    python scripts/sts_embeddings.py --output_dir results/sts --do_train --seeds 1 2 3     # + fine-tuning
+
+Score: the Spearman correlation (x100) of the cosine of the two sentences' embeddings with the gold similarity, on
+STS-B dev and SICK-R test (`--eval_sets`), as sentence-transformers' EmbeddingSimilarityEvaluator computes it.
+
+Zero-shot, for each `--poolings` value: the fused model (`concat` of all members) encodes every distinct sentence of
+the evaluation sets once with `embedding_fusion="model"` (the raw concatenation of the members' pooled vectors);
+every row of the table is computed from those vectors: each member alone (its own block: the member's pooled vector,
+exactly what the member alone gives), the raw concatenation, and the training-free fusions of the library
+(`hf_multiencoder.embedding_multiencoder.normalized_concat`, with equal or `--embedding_weights` member weights).
+
+`--do_train`: for each of `--train_models` (members by name, and `fused`) and each seed, the model is wrapped as a
+SentenceTransformer (`hf_multiencoder.to_sentence_transformer`), trained with SentenceTransformerTrainer and
+CosineSimilarityLoss on STS-B train (gold scores / 5) for `--num_train_epochs`, and evaluated with
+EmbeddingSimilarityEvaluator. A run whose folder holds results.json is skipped (the script resumes).
+
+Writes `<output_dir>/results.json` and `results.md` (median, mean and standard deviation over seeds).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+from transformers import HfArgumentParser, set_seed
+
+from hf_multiencoder import MultiEncoderModel, MultiEncoderTokenizer
+from hf_multiencoder.data import local_path
+from hf_multiencoder.embedding_multiencoder import normalized_concat
+from hf_multiencoder.results import format_summary, summarize
+from hf_multiencoder.sentence_embeddings import sts_pairs, sts_spearman
+from hf_multiencoder.tasks import get_task
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_ENCODERS = ["sentence-transformers/all-MiniLM-L6-v2", "sentence-transformers/all-mpnet-base-v2"]
+
+
+@dataclass
+class StsArguments:
+    encoders: list[str] = field(default_factory=lambda: list(DEFAULT_ENCODERS),
+                                metadata={"help": "Member checkpoints (names or folders AutoModel accepts)."})
+    encoder_names: list[str] = field(default_factory=lambda: ["MiniLM", "MPNet"],
+                                     metadata={"help": "Display names of the members."})
+    poolings: list[str] = field(default_factory=lambda: ["mean", "last4"],
+                                metadata={"help": "Member poolings evaluated zero-shot."})
+    eval_sets: list[str] = field(default_factory=lambda: ["stsb:validation", "sick_relatedness:test"],
+                                 metadata={"help": "task:split pairs of sentence-pair similarity tasks."})
+    embedding_weights: list[float] | None = field(default=None, metadata={
+        "help": "Member weights of an extra normalised-concatenation row (zero-shot)."})
+    data_dir: str | None = field(default=None, metadata={"help": "The data folder (default: ../shared/data)."})
+    batch_size: int = field(default=64, metadata={"help": "Sentences per forward pass when encoding."})
+    max_seq_length: int = field(default=128, metadata={"help": "Truncation length, every member."})
+    output_dir: str = field(default="results/sts", metadata={"help": "Where results (and runs) are written."})
+    skip_zero_shot: bool = field(default=False, metadata={"help": "Only fine-tune (reuse zero-shot results)."})
+    do_train: bool = field(default=False, metadata={"help": "Fine-tune on STS-B train and evaluate again."})
+    train_models: list[str] | None = field(default=None, metadata={
+        "help": "Members (by display name) and/or `fused` to fine-tune (default: every member and fused)."})
+    train_pooling: str = field(default="mean", metadata={"help": "Member pooling when fine-tuning."})
+    seeds: list[int] = field(default_factory=lambda: [42], metadata={"help": "One fine-tuning run per seed."})
+    num_train_epochs: float = field(default=1.0, metadata={"help": "Fine-tuning epochs."})
+    learning_rate: float = field(default=2e-5, metadata={"help": "Fine-tuning learning rate (every member)."})
+    train_batch_size: int = field(default=16, metadata={"help": "Sentence pairs per training step."})
+    warmup_ratio: float = field(default=0.1, metadata={"help": "Linear warm-up share of the training steps."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training pairs."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N pairs of each eval set."})
+
+    def __post_init__(self):
+        if len(self.encoder_names) != len(self.encoders):
+            raise ValueError(f"{len(self.encoder_names)} encoder_names for {len(self.encoders)} encoders.")
+        for entry in self.eval_sets:
+            if entry.count(":") != 1:
+                raise ValueError(f"--eval_sets takes task:split pairs, got {entry!r}.")
+        self.train_models = self.train_models or [*self.encoder_names, "fused"]
+        unknown = set(self.train_models) - set(self.encoder_names) - {"fused"}
+        if unknown:
+            raise ValueError(f"--train_models: unknown {sorted(unknown)}; choose among {self.encoder_names} and "
+                             f"fused.")
+        if self.embedding_weights is not None and len(self.embedding_weights) != len(self.encoders):
+            raise ValueError(f"--embedding_weights needs one weight per encoder ({len(self.encoders)}).")
+
+
+def eval_name(entry: str) -> str:
+    task, split = entry.split(":")
+    return f"{get_task(task).name}/{split}"
+
+
+def load_eval_sets(args: StsArguments) -> dict:
+    sets = {}
+    for entry in args.eval_sets:
+        task, split = entry.split(":")
+        columns = sts_pairs(task, split, data_dir=args.data_dir)
+        sets[eval_name(entry)] = (get_task(task), tuple(c[:args.max_eval_samples] for c in columns))
+    return sets
+
+
+# ---- zero-shot ------------------------------------------------------------------------------------------------------
+def zero_shot(args: StsArguments, eval_sets: dict) -> list[dict]:
+    rows = []
+    tokenizer = MultiEncoderTokenizer.from_encoders(args.encoders, encoder_names=args.encoder_names)
+    for pooling in args.poolings:
+        model = MultiEncoderModel.from_encoders(args.encoders, encoder_names=args.encoder_names, fusion="concat",
+                                                pooling=pooling).eval()
+        widths = model.config.pooled_sizes()
+        start = time.time()
+        # every distinct sentence once, raw concatenation of the members' pooled vectors
+        cache: dict[str, torch.Tensor] = {}
+        for _, (s1, s2, _) in eval_sets.values():
+            todo = [s for s in dict.fromkeys([*s1, *s2]) if s not in cache]
+            vectors = model.encode(todo, tokenizer=tokenizer, batch_size=args.batch_size,
+                                   max_length=args.max_seq_length, embedding_fusion="model", convert_to_numpy=False)
+            cache.update(zip(todo, vectors))
+        seconds = time.time() - start
+
+        def lookup(sentences, transform):
+            return transform(torch.stack([cache[s] for s in sentences]))
+
+        variants = {name: functools.partial(lambda x, i: torch.split(x, widths, dim=-1)[i], i=i)
+                    for i, name in enumerate(args.encoder_names)}
+        variants["concat (raw)"] = lambda x: x
+        variants["normalized concat"] = lambda x: normalized_concat(list(torch.split(x, widths, dim=-1)))
+        if args.embedding_weights:
+            label = "normalized concat, weights " + "/".join(f"{w:g}" for w in args.embedding_weights)
+            variants[label] = lambda x: normalized_concat(list(torch.split(x, widths, dim=-1)), args.embedding_weights)
+        for name, transform in variants.items():
+            row = {"model": name, "pooling": pooling, "kind": "member" if name in args.encoder_names else "fused"}
+            for set_name, (spec, (s1, s2, scores)) in eval_sets.items():
+                row[set_name] = 100 * sts_spearman(functools.partial(lookup, transform=transform), spec, s1, s2,
+                                                   scores)
+            rows.append(row)
+            print(f"zero-shot {pooling:6s} {name:40s} " + "  ".join(f"{k} {row[k]:.2f}" for k in eval_sets),
+                  flush=True)
+        rows[-1]["encode_seconds"] = seconds
+        del model
+    return rows
+
+
+# ---- fine-tuning ----------------------------------------------------------------------------------------------------
+def fine_tune_run(args: StsArguments, name: str, seed: int, eval_sets: dict, run_dir: str) -> dict:
+    from datasets import Dataset
+    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+    from sentence_transformers.sentence_transformer.evaluation import EmbeddingSimilarityEvaluator
+    from sentence_transformers.sentence_transformer.losses import CosineSimilarityLoss
+
+    from hf_multiencoder import to_sentence_transformer
+
+    members = list(range(len(args.encoders))) if name == "fused" else [args.encoder_names.index(name)]
+    encoders = [args.encoders[i] for i in members]
+    names = [args.encoder_names[i] for i in members]
+    set_seed(seed)
+    model = MultiEncoderModel.from_encoders(encoders, encoder_names=names, fusion="concat",
+                                            pooling=args.train_pooling)
+    tokenizer = MultiEncoderTokenizer.from_encoders(encoders, encoder_names=names)
+    st = to_sentence_transformer(model, tokenizer, max_seq_length=args.max_seq_length, device="cpu" if not
+                                 torch.cuda.is_available() else "cuda")
+    s1, s2, scores = sts_pairs("stsb", "train", data_dir=args.data_dir)
+    train = Dataset.from_dict({"sentence1": s1, "sentence2": s2, "score": [s / 5.0 for s in scores]})
+    if args.max_train_samples:
+        train = train.select(range(min(args.max_train_samples, len(train))))
+    training_args = SentenceTransformerTrainingArguments(
+        output_dir=run_dir, num_train_epochs=args.num_train_epochs, per_device_train_batch_size=args.train_batch_size,
+        learning_rate=args.learning_rate, warmup_steps=args.warmup_ratio, seed=seed, save_strategy="no",
+        report_to=[], logging_steps=50, disable_tqdm=True)
+    trainer = SentenceTransformerTrainer(model=st, args=training_args, train_dataset=train,
+                                         loss=CosineSimilarityLoss(st))
+    start = time.time()
+    trainer.train()
+    train_seconds = time.time() - start
+    result = {"model": name, "seed": seed, "pooling": args.train_pooling, "train_pairs": len(train),
+              "train_seconds": train_seconds}
+    start = time.time()
+    for set_name, (_, (a, b, gold)) in eval_sets.items():
+        evaluator = EmbeddingSimilarityEvaluator(a, b, gold, name=set_name.replace("/", "_"),
+                                                 batch_size=args.batch_size)
+        result[set_name] = 100 * evaluator(st)[evaluator.primary_metric]
+    result["eval_seconds"] = time.time() - start
+    return result
+
+
+def fine_tune(args: StsArguments, eval_sets: dict) -> list[dict]:
+    runs = []
+    for seed in args.seeds:
+        for name in args.train_models:
+            run_dir = os.path.join(args.output_dir, "runs", name, f"seed_{seed}")
+            path = os.path.join(run_dir, "results.json")
+            if os.path.isfile(path):
+                runs.append(json.load(open(path)))
+                print(f"skip {name} seed {seed} (done)", flush=True)
+                continue
+            os.makedirs(run_dir, exist_ok=True)
+            result = fine_tune_run(args, name, seed, eval_sets, run_dir)
+            with open(path, "w") as f:
+                json.dump(result, f, indent=2)
+            print(f"fine-tuned {name} seed {seed}: " + "  ".join(f"{k} {result[k]:.2f}" for k in eval_sets) +
+                  f" ({result['train_seconds']:.0f} s training)", flush=True)
+            runs.append(result)
+    return runs
+
+
+# ---- report ---------------------------------------------------------------------------------------------------------
+def fine_tune_summary(runs: list[dict], eval_sets) -> list[dict]:
+    table = []
+    for name in dict.fromkeys(r["model"] for r in runs):
+        mine = [r for r in runs if r["model"] == name]
+        entry = {"model": name, "seeds": [r["seed"] for r in mine],
+                 "train_seconds": summarize(r["train_seconds"] for r in mine)}
+        for set_name in eval_sets:
+            entry[set_name] = summarize(r[set_name] for r in mine)
+        table.append(entry)
+    return table
+
+
+def markdown(results: dict) -> str:
+    sets = results["eval_sets"]
+    lines = [f"Spearman x100 of the cosine similarity; members: {', '.join(results['members'])}.", ""]
+    if results.get("zero_shot"):
+        lines += ["Zero-shot:", "", "| model | pooling | " + " | ".join(sets) + " |",
+                  "|---|---|" + "---|" * len(sets)]
+        for row in results["zero_shot"]:
+            lines.append(f"| {row['model']} | {row['pooling']} | " + " | ".join(f"{row[s]:.2f}" for s in sets) + " |")
+        lines.append("")
+    if results.get("fine_tuned"):
+        settings = results["settings"]
+        lines += [f"After fine-tuning on STS-B train ({settings['num_train_epochs']:g} epoch, CosineSimilarityLoss, "
+                  f"lr {settings['learning_rate']:g}, batch {settings['train_batch_size']}, "
+                  f"{settings['train_pooling']} pooling); median (mean ± std, seeds):", "",
+                  "| model | " + " | ".join(sets) + " | training s (median) |", "|---|" + "---|" * (len(sets) + 1)]
+        for entry in results["fine_tuned"]:
+            lines.append(f"| {entry['model']} | " + " | ".join(format_summary(entry[s]) for s in sets) +
+                         f" | {entry['train_seconds']['median']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    (args,) = HfArgumentParser(StsArguments).parse_args_into_dataclasses(args=argv)
+    os.makedirs(args.output_dir, exist_ok=True)
+    eval_sets = load_eval_sets(args)
+    results_path = os.path.join(args.output_dir, "results.json")
+    previous = json.load(open(results_path)) if os.path.isfile(results_path) else {}
+    results = {
+        "members": args.encoder_names, "encoders": args.encoders, "eval_sets": list(eval_sets),
+        # relative to the repository: committed results name no absolute path
+        "data": {name: os.path.relpath(local_path(spec, args.data_dir), REPO) for name, (spec, _) in
+                 eval_sets.items()},
+        "settings": {k: v for k, v in asdict(args).items() if k not in ("output_dir", "data_dir")},
+        "command": " ".join(["python", "scripts/sts_embeddings.py", *(sys.argv[1:] if argv is None else argv)]),
+    }
+    if args.skip_zero_shot:
+        results["zero_shot"] = previous.get("zero_shot", [])
+    else:
+        results["zero_shot"] = zero_shot(args, eval_sets)
+    if args.do_train:
+        results["fine_tuned"] = fine_tune_summary(fine_tune(args, eval_sets), eval_sets)
+    elif previous.get("fine_tuned"):
+        results["fine_tuned"] = previous["fine_tuned"]
+    with open(results_path, "w") as f:
+        json.dump(results, f, indent=2)
+    table = markdown(results)
+    with open(os.path.join(args.output_dir, "results.md"), "w") as f:
+        f.write(table)
+    print(table)
+    return results
+
+
+if __name__ == "__main__":
+    main()
