@@ -2,6 +2,10 @@
 fusion against a hand computation from the standalone members, the seed's last-4 recipe, and the bad inputs."""
 
 import logging
+import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -183,3 +187,27 @@ def test_normalized_concat_function():
     a, b = torch.tensor([[3.0, 4.0]]), torch.tensor([[0.0, 2.0, 0.0]])
     torch.testing.assert_close(normalized_concat([a, b]), torch.tensor([[0.6, 0.8, 0.0, 1.0, 0.0]]))
     torch.testing.assert_close(normalized_concat([a, b], [2.0, 1.0]), torch.tensor([[1.2, 1.6, 0.0, 1.0, 0.0]]))
+
+
+@pytest.mark.slow  # a subprocess: run by `make test`, skipped by `make test-fast`
+def test_works_without_sentence_transformers(tiny_paths, tmp_path):
+    """Where sentence-transformers cannot be imported, `encode` works and the ST helpers say how to install it."""
+    code = textwrap.dedent(f"""
+        import sys
+        sys.modules["sentence_transformers"] = None  # import sentence_transformers raises ImportError
+        import hf_multiencoder
+        from hf_multiencoder import MultiEncoderModel, MultiEncoderTokenizer
+        model = MultiEncoderModel.from_encoders({tiny_paths!r}, fusion="concat")
+        emb = model.encode(["the cat sat"], tokenizer=MultiEncoderTokenizer.from_encoders({tiny_paths!r}))
+        assert emb.shape == (1, 96), emb.shape
+        try:
+            hf_multiencoder.to_sentence_transformer(model, None)
+        except ImportError as err:
+            assert "hf_multiencoder[sentence-transformers]" in str(err), err
+            print("ok")
+    """)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "ok"

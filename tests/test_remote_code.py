@@ -14,8 +14,8 @@ from transformers.dynamic_module_utils import get_imports
 
 from hf_multiencoder import MultiEncoderForSequenceClassification, MultiEncoderTokenizer
 
-SHIPPED = {"configuration_multiencoder.py", "fusion_multiencoder.py", "modeling_multiencoder.py",
-           "tokenization_multiencoder.py"}
+SHIPPED = {"configuration_multiencoder.py", "embedding_multiencoder.py", "fusion_multiencoder.py",
+           "modeling_multiencoder.py", "tokenization_multiencoder.py"}
 
 
 @pytest.fixture(scope="module")

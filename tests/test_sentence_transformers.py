@@ -180,3 +180,47 @@ def test_trainer_losses_and_evaluator(tiny_paths, tokenizer, tmp_path):
     SentenceTransformerTrainer(model=st, args=args, train_dataset=pairs,
                                loss=MultipleNegativesRankingLoss(st)).train()
     assert any(not torch.equal(p, before[n]) for n, p in st.named_parameters() if ".encoders.1." in n)
+
+
+@pytest.mark.slow  # trains and scores real STS slices: about a minute
+def test_sts_script_zero_shot_fine_tune_and_resume(tiny_paths, shared_data, tmp_path):
+    """scripts/sts_embeddings.py on tiny members and slices of real STS-B / SICK: the zero-shot rows (a member's row is
+    the member alone), the member weights picked on the selection set, one fine-tuning run per model, the tables,
+    and a resumed run that reuses finished runs."""
+    import importlib.util
+
+    from hf_multiencoder.sentence_embeddings import sts_pairs, sts_spearman
+
+    spec = importlib.util.spec_from_file_location("sts_embeddings", os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "sts_embeddings.py"))
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out = tmp_path / "sts"
+    common = ["--encoders", *tiny_paths[:2], "--encoder_names", "bert", "roberta", "--data_dir", shared_data,
+              "--max_eval_samples", "40", "--max_seq_length", "32", "--output_dir", str(out)]
+    results = script.main([*common, "--poolings", "mean", "--max_selection_samples", "30", "--do_train",
+                           "--train_models", "bert", "fused", "--max_train_samples", "8", "--train_batch_size", "4",
+                           "--seeds", "1"])
+    rows = {row["model"]: row for row in results["zero_shot"]["rows"]}
+    assert {"bert", "roberta", "concat (raw)", "normalized concat", "normalized concat, weights 1/3",
+            "normalized concat of whitened members"} <= set(rows)
+    assert sum(bool(row.get("selected")) for row in rows.values()) == 1
+    selected = next(row for row in rows.values() if row.get("selected"))
+    assert selected["selection"] == max(row["selection"] for name, row in rows.items()
+                                        if name.startswith("normalized concat") and "members" not in name)
+    # a member's row is that member alone, embedded by itself
+    member = MultiEncoderModel.from_encoders(tiny_paths[:1], encoder_names=["bert"], fusion="concat")
+    member_tok = MultiEncoderTokenizer.from_encoders(tiny_paths[:1], encoder_names=["bert"])
+    s1, s2, gold = (c[:40] for c in sts_pairs("stsb", "validation", data_dir=shared_data))
+    alone = sts_spearman(lambda batch: member.encode(batch, tokenizer=member_tok, max_length=32), "stsb", s1, s2, gold)
+    assert rows["bert"]["stsb/validation"] == pytest.approx(100 * alone, abs=1e-3)
+    tuned = {entry["model"]: entry for entry in results["fine_tuned"]["models"]}
+    assert set(tuned) == {"bert", "fused"} and tuned["fused"]["stsb/validation"]["n"] == 1
+    table = (out / "results.md").read_text()
+    assert "| normalized concat | mean |" in table and "(*)" in table and "| fused | median" in table
+    assert json.loads((out / "results.json").read_text())["data"]["stsb/validation"] == os.path.relpath(
+        os.path.join(shared_data, "glue", "STS-B"), os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    # resumed: the finished runs are read back, the zero-shot rows kept
+    again = script.main([*common, "--skip_zero_shot", "--do_train", "--train_models", "bert", "fused",
+                         "--max_train_samples", "8", "--train_batch_size", "4", "--seeds", "1"])
+    assert again["fine_tuned"] == results["fine_tuned"] and again["zero_shot"] == results["zero_shot"]
