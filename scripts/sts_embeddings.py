@@ -6,7 +6,8 @@ fine-tuning on STS-B train with sentence-transformers.
     python scripts/sts_embeddings.py --output_dir results/sts --do_train --seeds 1 2 3     # + fine-tuning
 
 Score: the Spearman correlation (x100) of the cosine of the two sentences' embeddings with the gold similarity, on
-STS-B dev and SICK-R test (`--eval_sets`), as sentence-transformers' EmbeddingSimilarityEvaluator computes it.
+STS-B dev and SICK-R test (`--eval_sets`, `task:split` or `task:split:N` for its first N pairs), as
+sentence-transformers' EmbeddingSimilarityEvaluator computes it.
 
 Zero-shot, for each `--poolings` value: the fused model (`concat` of all members) encodes every distinct sentence of
 the evaluation sets once with `embedding_fusion="model"` (the raw concatenation of the members' pooled vectors);
@@ -58,7 +59,7 @@ class StsArguments:
     poolings: list[str] = field(default_factory=lambda: ["mean", "last4"],
                                 metadata={"help": "Member poolings evaluated zero-shot."})
     eval_sets: list[str] = field(default_factory=lambda: ["stsb:validation", "sick_relatedness:test"],
-                                 metadata={"help": "task:split pairs of sentence-pair similarity tasks."})
+                                 metadata={"help": "task:split (or task:split:N, its first N pairs) of sentence-pair similarity tasks."})
     selection_set: str = field(default="stsb:train", metadata={
         "help": "task:split whose pairs pick the member weights (and fit centering / whitening), zero-shot."})
     max_selection_samples: int | None = field(default=2000, metadata={
@@ -86,9 +87,12 @@ class StsArguments:
     def __post_init__(self):
         if len(self.encoder_names) != len(self.encoders):
             raise ValueError(f"{len(self.encoder_names)} encoder_names for {len(self.encoders)} encoders.")
-        for entry in [*self.eval_sets, self.selection_set]:
-            if entry.count(":") != 1:
-                raise ValueError(f"--eval_sets takes task:split pairs, got {entry!r}.")
+        for entry in self.eval_sets:
+            parts = entry.split(":")
+            if len(parts) not in (2, 3) or (len(parts) == 3 and not parts[2].isdigit()):
+                raise ValueError(f"--eval_sets takes task:split or task:split:N entries, got {entry!r}.")
+        if self.selection_set.count(":") != 1:
+            raise ValueError(f"--selection_set takes task:split, got {self.selection_set!r}.")
         self.train_models = self.train_models or [*self.encoder_names, "fused"]
         unknown = set(self.train_models) - set(self.encoder_names) - {"fused"}
         if unknown:
@@ -100,14 +104,16 @@ class StsArguments:
 
 
 def eval_name(entry: str) -> str:
-    task, split = entry.split(":")
-    return f"{get_task(task).name}/{split}"
+    task, split, *limit = entry.split(":")
+    return f"{get_task(task).name}/{split}" + (f" (first {limit[0]})" if limit else "")
 
 
 def load_pairs(entry: str, data_dir: str | None, limit: int | None, sample: bool = False) -> tuple:
-    """``(spec, (sentences1, sentences2, scores))`` of ``task:split``: its first ``limit`` pairs, or with
-    ``sample=True`` a random ``limit`` of them (seed 0; STS-B train is ordered by genre, captions first)."""
-    task, split = entry.split(":")
+    """``(spec, (sentences1, sentences2, scores))`` of ``task:split``: its first ``limit`` pairs (``task:split:N``:
+    N of them), or with ``sample=True`` a random ``limit`` of them (seed 0; STS-B train is ordered by genre, captions
+    first)."""
+    task, split, *own_limit = entry.split(":")
+    limit = int(own_limit[0]) if own_limit else limit
     columns = sts_pairs(task, split, data_dir=data_dir)
     rows = range(len(columns[0]))
     if limit is not None and sample:
