@@ -93,8 +93,9 @@ def markdown(table: dict, args) -> str:
         spread = max(best_member["std"], best_fused["std"])
         verdict = "above by more than one std" if gap > spread else "within one std" if gap >= -spread else "below"
         weights = ", ".join(f"{k} {v:.2f}" for k, v in (best_fused.get("mean_fusion_weights") or {}).items())
+        also = f"; its mean fusion weights {weights}" if weights else ""
         lines += ["", f"Best fused ({best_key}) {best_fused['median']:.1f} vs best member "
-                      f"{best_member['median']:.1f}: {gap:+.1f}, {verdict}" + (f"; its mean fusion weights {weights}" if weights else "") + ".",
+                      f"{best_member['median']:.1f}: {gap:+.1f}, {verdict}{also}.",
                   f"Members ran {rows['_timing']['encode_seconds']:.0f} s over {rows['_timing']['examples']}; the "
                   f"task took {rows['_timing']['task_seconds']} s in all.", ""]
     return "\n".join(lines)
