@@ -434,7 +434,7 @@ class MultiEncoderModel(MultiEncoderPreTrainedModel):
         self._inputs_checked = True
 
     def encode_member(self, i, input_ids, attention_mask, token_type_ids=None, output_hidden_states=None):
-        """Run member ``i``; returns its last hidden state and (if its pooling needs them, or if asked) all hidden
+        """Run member ``i``; returns its last hidden state and (if its pooling needs them, or when asked) all hidden
         states."""
         kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
         if token_type_ids is not None and self._takes_token_type_ids[i]:
