@@ -59,7 +59,8 @@ class StsArguments:
     poolings: list[str] = field(default_factory=lambda: ["mean", "last4"],
                                 metadata={"help": "Member poolings evaluated zero-shot."})
     eval_sets: list[str] = field(default_factory=lambda: ["stsb:validation", "sick_relatedness:test"],
-                                 metadata={"help": "task:split (or task:split:N, its first N pairs) of sentence-pair similarity tasks."})
+                                 metadata={"help": "task:split (or task:split:N: its first N pairs) of sentence-pair "
+                                                   "similarity tasks."})
     selection_set: str = field(default="stsb:train", metadata={
         "help": "task:split whose pairs pick the member weights (and fit centering / whitening), zero-shot."})
     max_selection_samples: int | None = field(default=2000, metadata={

@@ -3,8 +3,10 @@
 of `model.encode`, trains with SentenceTransformerTrainer and its losses and evaluates with
 EmbeddingSimilarityEvaluator."""
 
+import ast
 import json
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -214,3 +216,27 @@ def test_sts_script_zero_shot_fine_tune_and_resume(tiny_paths, shared_data, tmp_
                          "--max_train_samples", "8", "--train_batch_size", "4", "--seeds", "1"])
     assert again["fine_tuned"]["models"] == results["fine_tuned"]["models"]
     assert again["zero_shot"] == results["zero_shot"]
+
+
+@pytest.mark.slow  # the real pair, three fresh interpreters
+@pytest.mark.real_encoders
+def test_readme_embedding_example_runs_verbatim(tmp_path, python_without_package):
+    """The README's sentence-embedding example with the real MiniLM + MPNet: it prints what it claims, and the saved
+    folder gives the same vectors in sentence-transformers where hf_multiencoder is not installed."""
+    from test_real_encoders import _missing_encoders, readme_block
+
+    if _missing_encoders():
+        pytest.skip(f"real encoders {_missing_encoders()} are not in the Hugging Face cache: run `make encoders`")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    code = readme_block("embeddings") + "\nprint(json.dumps(emb.tolist()))\n"
+    proc = subprocess.run([sys.executable, "-c", "import json\n" + code], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0] == "(3, 1152)"
+    similarity = torch.tensor(ast.literal_eval(lines[1].removeprefix("tensor(").removesuffix(")")))
+    assert similarity.shape == (1, 2) and similarity[0, 0] > similarity[0, 1]  # "Hi!" is nearer than the weather
+    emb = np.array(json.loads(lines[-1]))
+    elsewhere = python_without_package(readme_block("embeddings-elsewhere") + "\nprint(json.dumps(st.encode(["
+                                       "'Well, hello there']).tolist()))\n")
+    np.testing.assert_allclose(np.array(elsewhere), emb[:1], atol=1e-5)
