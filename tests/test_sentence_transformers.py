@@ -172,20 +172,39 @@ def test_trainer_losses_and_evaluator(tiny_paths, tokenizer, tmp_path):
     assert any(not torch.equal(p, before[n]) for n, p in st.named_parameters() if ".encoders.1." in n)
 
 
-@pytest.mark.slow  # trains and scores real STS slices: about a minute
-def test_sts_script_zero_shot_fine_tune_and_resume(tiny_paths, shared_data, tmp_path, monkeypatch):
-    """scripts/sts_embeddings.py on tiny members and slices of real STS-B / SICK: the zero-shot rows (a member's row is
-    the member alone), the member weights picked on the selection set, one fine-tuning run per model, the tables,
-    and a resumed run that reuses finished runs."""
+@pytest.fixture
+def sts_script(monkeypatch):
+    """scripts/sts_embeddings.py as a module."""
     import importlib.util
-
-    from hf_multiencoder.sentence_embeddings import sts_pairs
 
     spec = importlib.util.spec_from_file_location("sts_embeddings", os.path.join(
         os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "sts_embeddings.py"))
     script = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "sts_embeddings", script)  # its dataclasses look their module up
     spec.loader.exec_module(script)
+    return script
+
+
+def test_sts_script_eval_sets_with_their_own_limit(sts_script, shared_data):
+    """`task:split:N` takes the first N pairs of that set, whatever `--max_eval_samples` says; malformed entries are
+    errors naming the expected form."""
+    spec, (s1, s2, scores) = sts_script.load_pairs("sick_relatedness:test:30", shared_data, limit=1000)
+    assert len(s1) == len(s2) == len(scores) == 30
+    assert sts_script.eval_name("sick_relatedness:test:30") == f"{spec.name}/test (first 30)"
+    assert len(sts_script.load_pairs("stsb:validation", shared_data, limit=12)[1][0]) == 12
+    for bad in ("stsb", "stsb:validation:many"):
+        with pytest.raises(ValueError, match="task:split or task:split:N"):
+            sts_script.StsArguments(eval_sets=[bad])
+
+
+@pytest.mark.slow  # trains and scores real STS slices: about a minute
+def test_sts_script_zero_shot_fine_tune_and_resume(tiny_paths, shared_data, tmp_path, sts_script):
+    """scripts/sts_embeddings.py on tiny members and slices of real STS-B / SICK: the zero-shot rows (a member's row is
+    the member alone), the member weights picked on the selection set, one fine-tuning run per model, the tables,
+    and a resumed run that reuses finished runs."""
+    from hf_multiencoder.sentence_embeddings import sts_pairs
+
+    script = sts_script
     out = tmp_path / "sts"
     common = ["--encoders", *tiny_paths[:2], "--encoder_names", "bert", "roberta", "--data_dir", shared_data,
               "--max_eval_samples", "40", "--max_seq_length", "32", "--output_dir", str(out)]
