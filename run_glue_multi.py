@@ -39,6 +39,7 @@ from hf_multiencoder import (
     freeze_encoders,
 )
 from hf_multiencoder.data import load_task, tokenize_task
+from hf_multiencoder.lora import get_multiencoder_lora_model, merge_lora_after_training
 from hf_multiencoder.metrics import build_compute_metrics, fusion_weights_from_metrics
 from hf_multiencoder.model_card import MultiEncoderModelCardData, save_seeds_card
 from hf_multiencoder.modeling_multiencoder import word_tags
@@ -85,10 +86,31 @@ class ModelArguments:
         default=None, metadata={"help": "Members to freeze, by index or name (head-only baseline)."}
     )
     cache_dir: str | None = field(default=None, metadata={"help": "Where to store downloaded checkpoints."})
+    lora_r: int | None = field(
+        default=None, metadata={"help": "Train LoRA adapters of this rank in the members' attention (needs peft) "
+                                        "instead of the members' weights; fusion and head train fully. The output "
+                                        "folder holds the merged model, the adapters are in its adapter/."}
+    )
+    lora_alpha: float | None = field(default=None, metadata={"help": "LoRA scale alpha (default 2 * lora_r)."})
+    lora_dropout: float = field(default=0.0, metadata={"help": "Dropout on the LoRA path."})
+    lora_members: list[str] | None = field(
+        default=None, metadata={"help": "Members that get LoRA, by index or name (default: all not frozen); the "
+                                        "others stay frozen."}
+    )
+    lora_target_modules: list[str] | None = field(
+        default=None, metadata={"help": "Regex over module names inside a member (re.fullmatch), one for all or one "
+                                        "per LoRA member (default: each member's attention query and value)."}
+    )
 
     def __post_init__(self):
         if not self.encoders and not self.model_name_or_path:
             raise ValueError("Give `encoders` (a list of member checkpoints) or `model_name_or_path`.")
+        if self.lora_r is None:
+            given = [name for name in ("lora_alpha", "lora_members", "lora_target_modules") if getattr(self, name)]
+            if given:
+                raise ValueError(f"--{given[0]} is a LoRA option: give --lora_r too.")
+        elif self.lora_r < 1:
+            raise ValueError(f"--lora_r must be a positive rank, got {self.lora_r}.")
         if len(self.pooling) == 1:
             self.pooling = self.pooling[0]
         if self.encoder_dropout is not None and len(self.encoder_dropout) == 1:
@@ -245,6 +267,26 @@ def build_model(model_args: ModelArguments, spec: TaskSpec):
     )
 
 
+def add_lora(model, model_args: ModelArguments, training_args, frozen: list[int]):
+    """LoRA in the members' attention (peft), fusion and head trained fully; members not named stay frozen."""
+    if training_args.fsdp:
+        raise ValueError("--lora_r with FSDP is not supported: LoRA leaves the members frozen, so DDP (torchrun) "
+                         "holds the model on every GPU at a fraction of full fine-tuning's memory.")
+    config = model.config
+    members = [config.encoder_index(m) for m in model_args.lora_members] if model_args.lora_members else [
+        i for i in range(config.num_encoders) if i not in frozen]
+    both = [config.encoder_names[i] for i in members if i in frozen]
+    if both:
+        raise ValueError(f"Members {both} are both frozen (--freeze_encoders) and given LoRA (--lora_members).")
+    model = get_multiencoder_lora_model(model, r=model_args.lora_r, lora_alpha=model_args.lora_alpha,
+                                        members=members, target_modules=model_args.lora_target_modules,
+                                        lora_dropout=model_args.lora_dropout)
+    trainable, total = model.get_nb_trainable_parameters()
+    logger.info(f"LoRA on members {[config.encoder_names[i] for i in members]}: {trainable:,} of {total:,} "
+                f"parameters train ({100 * trainable / total:.2f}%)")
+    return model
+
+
 def build_tokenizer(model_args: ModelArguments):
     if model_args.model_name_or_path:
         return MultiEncoderTokenizer.from_pretrained(model_args.model_name_or_path, cache_dir=model_args.cache_dir)
@@ -359,9 +401,12 @@ def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokeni
     set_seed(training_args.seed)
     model = build_model(model_args, spec)
     tokenizer.check_model(model)
+    frozen = []
     if model_args.freeze_encoders:
         frozen = freeze_encoders(model, model_args.freeze_encoders)
         logger.info(f"Frozen members: {[model.config.encoder_names[i] for i in frozen]}")
+    if model_args.lora_r:
+        model = add_lora(model, model_args, training_args, frozen)
     model.to(training_args.device)  # before the optimizer, so that it can use the fused CUDA kernel
     trainer = build_trainer(model_args, data_args, training_args, spec, tokenizer, tokenized, model)
     trainer.model_card_data.set_data_limits(train=data_args.max_train_samples, eval=data_args.max_eval_samples)
@@ -381,6 +426,8 @@ def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokeni
         train_result = trainer.train(resume_from_checkpoint=checkpoint)
         # the per-epoch scores, before the evaluations below (which, with load_best_model_at_end, score the best)
         history = epoch_scores(trainer.state.log_history, main_key)
+        if model_args.lora_r:  # output_dir: the merged model (what a user deploys); output_dir/adapter: adapters
+            model = merge_lora_after_training(trainer)
         bad = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
         if bad:
             raise FloatingPointError(f"Training left non-finite weights ({bad[:3]}...); nothing was saved as the "
@@ -410,23 +457,24 @@ def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokeni
             "final_epoch_score": history[-1] if history else final_metrics[main_key],
             "score": final_metrics[main_key],
         })
-        report = fusion_report(model, tokenizer, spec, final_metrics,
-                               examples, training_args.output_dir,
-                               max_length=data_args.max_seq_length)
-        result["fusion"] = report
-        trainer.model_card_data.set_fusion_examples(report["examples"])
-        text = format_fusion_report(report)
-        if text:
-            print(f"\nFusion weights ({training_args.output_dir}):\n{text}", flush=True)
+        if trainer.is_world_process_zero():  # the metrics are gathered from every process: report them once
+            report = fusion_report(model, tokenizer, spec, final_metrics,
+                                   examples, training_args.output_dir,
+                                   max_length=data_args.max_seq_length)
+            result["fusion"] = report
+            trainer.model_card_data.set_fusion_examples(report["examples"])
+            text = format_fusion_report(report)
+            if text:
+                print(f"\nFusion weights ({training_args.output_dir}):\n{text}", flush=True)
 
     if training_args.do_predict and "test" in tokenized:
         test = tokenized["test"]
         if spec.kind != "token" and "label" in test.column_names:
             test = test.remove_columns("label")  # unlabelled (-1) in GLUE test files
-        predictions = trainer.predict(test, metric_key_prefix="predict").predictions
+        predictions = trainer.predict(test, metric_key_prefix="predict").predictions  # gathered from every process
         logits = predictions[0] if isinstance(predictions, tuple) else predictions
         path = os.path.join(training_args.output_dir, "predict_results.txt")
-        with open(path, "w") as f:
+        with open(path if trainer.is_world_process_zero() else os.devnull, "w") as f:
             f.write("index\tprediction\n")
             if spec.kind == "token":  # one tag per word of each sentence (padding and cut-off words handled)
                 word_mask = predictions[-1]
@@ -520,7 +568,10 @@ def main(argv: list[str] | None = None) -> dict:
             folder = os.path.join(base_output, f"seed_{seed}") if len(seeds) > 1 else base_output
             check_resume_args(folder, {**run_args, "training.seed": seed}, [k for k in run_args if k.startswith(
                 ("model.", "data."))] + ["training.seed"])
-    prepare_output_dir(base_output, overwrite=data_args.overwrite_output_dir, resuming=resuming)
+    # one process prepares the folder (under torchrun every process runs this script), the others wait for it
+    with training_args.main_process_first(local=False, desc="preparing the output folder"):
+        if training_args.process_index == 0:
+            prepare_output_dir(base_output, overwrite=data_args.overwrite_output_dir, resuming=resuming)
 
     raw, spec = load_data(data_args)
     if training_args.metric_for_best_model is None:
@@ -536,15 +587,18 @@ def main(argv: list[str] | None = None) -> dict:
     for seed in seeds:
         training_args.seed = seed
         training_args.output_dir = os.path.join(base_output, f"seed_{seed}") if len(seeds) > 1 else base_output
-        if not resuming:
-            prepare_output_dir(training_args.output_dir, overwrite=data_args.overwrite_output_dir)
-            write_run_args(training_args.output_dir, {**run_args, "training.seed": seed})
+        with training_args.main_process_first(local=False, desc="preparing the run folder"):
+            if not resuming and training_args.process_index == 0:
+                prepare_output_dir(training_args.output_dir, overwrite=data_args.overwrite_output_dir)
+                write_run_args(training_args.output_dir, {**run_args, "training.seed": seed})
         logger.info(f"=== seed {seed}: output in {training_args.output_dir}")
         result, card_data = train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokenized)
         results.append(result)
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     training_args.output_dir = base_output
+    if training_args.process_index != 0:
+        return {}  # the results were gathered: the main process writes and prints them
     table = write_results_table(results, spec, model_args, base_output) if training_args.do_eval else {}
     if table:
         print_summary(table, results, spec)

@@ -22,6 +22,7 @@ Training-side helper (imports ``datasets``): not shipped with the weights.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -121,6 +122,10 @@ def add_member_features(
         column: name of the new column; it must stay `encoder_features` for the Trainer to keep it.
         load_from_cache_file: reuse a cache file with the same fingerprint (default: `datasets`' caching switch).
 
+    Under several processes (torchrun, accelerate launch) the main process of each machine computes the features and
+    writes the cache file while the others wait, then they read it: the members run once per machine, not once per
+    process. That needs a cache file: `cache_dir`, or a dataset stored on disk.
+
     Returns:
         The dataset with `column` added: per example a list with one entry per member, the pooled vector
         (float32 list of the member's pooled width) for cached members and `[]` for the others. An existing
@@ -158,21 +163,39 @@ def add_member_features(
     members_were_training = [base.encoders[i].training for i in range(n)]
     for i in indices:
         base.encoders[i].eval()
+    state = _distributed_state()
+    if state is not None and cache_file_name is None and not dataset.cache_files:
+        raise ValueError("Under several processes the features are computed once per machine and read from a cache "
+                         "file by the other processes: give `cache_dir` (a folder every process can read), or use a "
+                         "dataset stored on disk.")
     try:
-        return dataset.map(
-            _encode_batch,
-            fn_kwargs={"base": base, "indices": indices, "pad_ids": pad_ids, "column": column},
-            batched=True,
-            batch_size=batch_size,
-            features=features,
-            new_fingerprint=fingerprint,
-            cache_file_name=cache_file_name,
-            load_from_cache_file=load_from_cache_file,
-            desc=f"Caching features of members {[base.config.encoder_names[i] for i in indices]}",
-        )
+        with state.local_main_process_first() if state is not None else contextlib.nullcontext():
+            return dataset.map(
+                _encode_batch,
+                fn_kwargs={"base": base, "indices": indices, "pad_ids": pad_ids, "column": column},
+                batched=True,
+                batch_size=batch_size,
+                features=features,
+                new_fingerprint=fingerprint,
+                cache_file_name=cache_file_name,
+                # the other processes read what their machine's main process has just written
+                load_from_cache_file=load_from_cache_file if state is None or state.is_local_main_process else True,
+                desc=f"Caching features of members {[base.config.encoder_names[i] for i in indices]}",
+            )
     finally:
         for i, was_training in enumerate(members_were_training):
             base.encoders[i].train(was_training)
+
+
+def _distributed_state():
+    """accelerate's process state when several processes run (torchrun, accelerate launch), else None."""
+    initialized = torch.distributed.is_available() and torch.distributed.is_initialized()
+    if not initialized and int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return None
+    from accelerate import PartialState
+
+    state = PartialState()
+    return state if state.num_processes > 1 else None
 
 
 @dataclass

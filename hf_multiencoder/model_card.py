@@ -26,8 +26,9 @@ from huggingface_hub.utils import yaml_dump
 from transformers import TrainerCallback
 from transformers.modelcard import make_markdown_table
 
+from .lora import is_peft_model
 from .metrics import fusion_weights_from_metrics, is_fusion_weight_metric
-from .optimization import parameter_members
+from .optimization import multiencoder_base, parameter_members
 
 logger = logging.getLogger(__name__)
 
@@ -214,9 +215,12 @@ class MultiEncoderModelCardData(CardData):
 
     # ---- filling ---------------------------------------------------------------------------------------------
     def register_model(self, model) -> None:
-        """Read the members, fusion, head and labels from a multi-encoder (the package's class or the remote one)."""
+        """Read the members, fusion, head and labels from a multi-encoder (the package's class or the remote one, or
+        a peft model holding one)."""
+        if is_peft_model(model):
+            model = model.get_base_model()
         config = model.config
-        base = model.base_model
+        base = multiencoder_base(model)
         word_level = bool(getattr(base, "word_level", False))
         cls_name = type(model).__name__
         if cls_name.endswith("ForTokenClassification"):
@@ -267,6 +271,10 @@ class MultiEncoderModelCardData(CardData):
                 self.learning_rates[name] = text
             for name, text in self.learning_rates.items():
                 hp[f"learning_rate ({'fusion + classifier' if name == 'head' else name})"] = text
+        if model is not None and is_peft_model(model):  # LoRA: its settings (the card describes the merged model)
+            lora = model.peft_config[model.active_adapter]
+            hp["peft"] = (f"{type(lora).__name__} r={lora.r}, alpha={lora.lora_alpha}, dropout={lora.lora_dropout}, "
+                          f"merged into the members")
         hp["train_batch_size"] = args.per_device_train_batch_size
         hp["eval_batch_size"] = args.per_device_eval_batch_size
         hp["seed"] = args.seed

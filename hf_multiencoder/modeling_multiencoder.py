@@ -159,6 +159,22 @@ def _max_positions(member) -> int:
     return limit - (padding_idx + 1) if isinstance(padding_idx, int) else limit
 
 
+def member_layer_classes(encoders) -> list[str]:
+    """Class names of the members' blocks that must not be split across devices (and that FSDP wraps as units): each
+    member's own ``_no_split_modules`` where its class declares them, else the class of its repeated layers (the
+    longest ``nn.ModuleList`` of one class, e.g. DistilBERT's ``TransformerBlock``, MPNet's ``MPNetLayer``)."""
+    names = []
+    for member in encoders:
+        present = {type(m).__name__ for m in member.modules()}
+        declared = [n for n in (getattr(member, "_no_split_modules", None) or []) if n in present]
+        if not declared:
+            lists = [m for m in member.modules() if isinstance(m, nn.ModuleList) and len(m) > 0
+                     and len({type(x) for x in m}) == 1]
+            declared = [type(max(lists, key=len)[0]).__name__] if lists else []
+        names += [n for n in declared if n not in names]
+    return names
+
+
 def _is_example_major(value) -> bool:
     """``pipeline(..., batch_size>1)`` collates our per-example inputs as a list with, per example, the list of its
     members' ``(1, seq_i)`` tensors (its padding collator pads plain tensors only)."""
@@ -250,6 +266,15 @@ class MultiEncoderPreTrainedModel(PreTrainedModel):
     _supports_sdpa = True
     # The loss is a plain mean over the batch: let the Trainer scale it for gradient accumulation.
     accepts_loss_kwargs = False
+
+    def post_init(self):
+        # Set per instance (the members decide): the members' layer classes, which `device_map` keeps whole and
+        # FSDP's auto-wrap (accelerate reads the top model's `_no_split_modules`) shards as units.
+        base = self if isinstance(getattr(self, "encoders", None), nn.ModuleList) else getattr(
+            self, self.base_model_prefix, None)
+        if base is not None:
+            self._no_split_modules = member_layer_classes(base.encoders)
+        super().post_init()
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -707,6 +732,7 @@ __all__ = [
     "MultiEncoderTokenClassifierOutput",
     "fusion_weights_per_example",
     "mean_fusion_weights",
+    "member_layer_classes",
     "tags_to_spans",
     "word_tags",
 ]
