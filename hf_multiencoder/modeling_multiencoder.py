@@ -270,11 +270,28 @@ class MultiEncoderPreTrainedModel(PreTrainedModel):
     def post_init(self):
         # Set per instance (the members decide): the members' layer classes, which `device_map` keeps whole and
         # FSDP's auto-wrap (accelerate reads the top model's `_no_split_modules`) shards as units.
-        base = self if isinstance(getattr(self, "encoders", None), nn.ModuleList) else getattr(
-            self, self.base_model_prefix, None)
-        if base is not None:
-            self._no_split_modules = member_layer_classes(base.encoders)
+        self._no_split_modules = member_layer_classes(self.base_model.encoders)
         super().post_init()
+
+    def get_input_embeddings(self):
+        """None: every member has its own input embeddings (``base_model.encoders[i].get_input_embeddings()``), and
+        code that asks for the model's one embedding (accelerate's FSDP2 preparation, ``enable_input_require_grads``)
+        then skips it, instead of failing."""
+        return None
+
+    def _set_gradient_checkpointing(self, *args, **kwargs):
+        """transformers' switch (``gradient_checkpointing_enable``, ``--gradient_checkpointing``), which reaches every
+        member's layers; members whose architecture has no checkpointing in transformers (MPNet, ALBERT) run without
+        it, and are named in a warning."""
+        super()._set_gradient_checkpointing(*args, **kwargs)
+        if not kwargs.get("enable", args[0] if args else True):
+            return
+        without = [f"{name} ({type(member).__name__})" for name, member in zip(self.config.encoder_names,
+                                                                               self.base_model.encoders)
+                   if not getattr(member, "supports_gradient_checkpointing", False)]
+        if without:
+            logger.warning(f"Gradient checkpointing: members {without} do not support it in transformers and keep "
+                           f"their activations; the other members recompute theirs in the backward pass.")
 
     @torch.no_grad()
     def _init_weights(self, module):

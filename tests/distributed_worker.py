@@ -99,6 +99,40 @@ def predict(paths, tokenizer, kind: str, out):
     return trainer.predict(data)
 
 
+def fsdp_train(paths, tokenizer, shard: bool) -> dict:
+    """`STEPS` steps of FSDP2 as accelerate prepares it for the Trainer on GPUs (`fsdp2_prepare_model`: a unit per
+    class in the model's `_no_split_modules`), on the CPU, a frozen member; returns the full final weights (on the
+    main process). `shard=False`: the same steps in one process, unsharded, on the whole global batch."""
+    from accelerate.utils import FullyShardedDataParallelPlugin
+    from accelerate.utils.fsdp_utils import fsdp2_prepare_model
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    from torch.distributed.fsdp import FSDPModule
+
+    model = build(paths, frozen=(2,))
+    rank, world = (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])) if shard else (0, 1)
+    if shard:
+        plugin = FullyShardedDataParallelPlugin(fsdp_version=2, auto_wrap_policy="transformer_based_wrap",
+                                                cpu_ram_efficient_loading=False, reshard_after_forward=True)
+        accelerator = type("CPUAccelerator", (), {"state": type("State", (), {"fsdp_plugin": plugin})(),
+                                                  "mixed_precision": "no", "is_main_process": rank == 0,
+                                                  "device": torch.device("cpu")})()
+        model = fsdp2_prepare_model(accelerator, model)
+        units = sorted({type(m).__name__ for m in model.modules() if isinstance(m, FSDPModule)})
+    optimizer = create_multiencoder_optimizer(model, learning_rate=1e-3, head_learning_rate=3e-3)
+    data = sequence_data(tokenizer, 8 * STEPS, seed=5)
+    collator = MultiEncoderDataCollator(tokenizer)
+    model.train()
+    for step in range(STEPS):
+        rows = [data[i] for i in range(8 * step, 8 * step + 8)][rank::world]  # each process its share
+        model(**collator(rows)).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    if not shard:
+        return {n: p.detach().clone() for n, p in model.named_parameters()}
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return {"weights": full, "units": units}
+
+
 def main(tiny_dir: str, out: str) -> None:
     import torch.distributed as dist
 
@@ -169,10 +203,13 @@ def main(tiny_dir: str, out: str) -> None:
         "--max_seq_length", "32", "--ddp_find_unused_parameters", "false", "--lora_r", "4", "--save_strategy",
         "epoch", "--eval_strategy", "epoch"])
     script_saves = list(saves)
+    # 6. FSDP2 as accelerate prepares it, on the CPU
+    fsdp = fsdp_train(paths, tokenizer, shard=True)
     all_saves = [None] * dist.get_world_size()
     dist.all_gather_object(all_saves, script_saves)
     if rank == 0:
-        torch.save({"weights": weights, "resumed": resumed}, os.path.join(out, "weights.pt"))
+        torch.save({"weights": weights, "resumed": resumed, "fsdp": fsdp["weights"]}, os.path.join(out, "weights.pt"))
+        summary["fsdp_units"] = fsdp["units"]
         np.savez(os.path.join(out, "predictions.npz"), seq_logits=seq.predictions[0], seq_weights=seq.predictions[1],
                  tok_logits=tok.predictions[0], tok_weights=tok.predictions[1], tok_mask=tok.predictions[2])
         summary.update({"seq_metrics": seq.metrics, "tok_metrics": tok.metrics, "cache": gathered,

@@ -112,3 +112,19 @@ def test_the_script_under_torchrun_with_lora(ddp_run):
         assert (run / name).is_file(), name
     evaluated = json.load(open(run / "eval_results.json"))
     assert evaluated["eval_samples"] == 8
+
+
+@pytest.mark.slow
+def test_fsdp2_as_accelerate_prepares_it_matches_one_process(ddp_run, tiny_paths, tokenizer):
+    """accelerate's own FSDP2 preparation (what the Trainer runs on GPUs) on the CPU: a unit per member layer class
+    (`_no_split_modules`), a frozen member. The Trainer itself cannot run FSDP on the CPU: accelerate enables FSDP
+    only for GPU-type processes and falls back to DDP there (see README, Scale out)."""
+    out, summary = ddp_run
+    assert set(summary["fsdp_units"]) == {f"FSDP{name}" for name in (
+        "MultiEncoderForSequenceClassification", "BertEmbeddings", "BertLayer", "RobertaEmbeddings", "RobertaLayer",
+        "TransformerBlock")}
+    got = torch.load(out / "weights.pt")["fsdp"]
+    reference = worker.fsdp_train(tiny_paths, tokenizer, shard=False)
+    assert set(got) == set(reference)
+    for name, expected in reference.items():
+        torch.testing.assert_close(got[name], expected, atol=WEIGHT_ATOL, rtol=0, msg=name)
