@@ -166,7 +166,8 @@ def member_layer_classes(encoders) -> list[str]:
     names = []
     for member in encoders:
         present = {type(m).__name__ for m in member.modules()}
-        declared = [n for n in (getattr(member, "_no_split_modules", None) or []) if n in present]
+        # sorted: transformers keeps an instance's `_no_split_modules` as a set (its order varies between runs)
+        declared = sorted(n for n in (getattr(member, "_no_split_modules", None) or []) if n in present)
         if not declared:
             lists = [m for m in member.modules() if isinstance(m, nn.ModuleList) and len(m) > 0
                      and len({type(x) for x in m}) == 1]
