@@ -19,7 +19,7 @@ pytest.importorskip("peft", reason="the LoRA variants need peft (pip install 'hf
 def test_tiny_scale_benchmark_end_to_end(tmp_path):
     out = tmp_path / "scale.json"
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    cmd = [sys.executable, SCRIPT, "--tiny", "--synthetic", "--device", "cpu", "--threads", "1", "--steps", "2",
+    cmd = [sys.executable, SCRIPT, "--tiny", "--synthetic", "--device", "cpu", "--threads", "1", "--steps", "1",
            "--warmup", "1", "--repeats", "2", "--variants", "full", "lora", "full+gc", "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
