@@ -21,13 +21,9 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 
-import datasets
-import torch
-import transformers
 from transformers import HfArgumentParser, set_seed
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -40,6 +36,7 @@ from bench_train import (  # noqa: E402  (the shared benchmark settings)
     finish_train_result,
     load_splits,
     short_name,
+    start_run,
     train_window,
 )
 from timing import cleanup  # noqa: E402
@@ -73,11 +70,7 @@ class ScaleArguments(BenchmarkArguments):
 
 
 def run(args: ScaleArguments) -> dict:
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    datasets.disable_progress_bars()
-    transformers.logging.set_verbosity_error()
-    workdir = tempfile.mkdtemp(prefix="bench_scale_")
+    workdir = start_run(args, "bench_scale_")
     members = build_tiny_members(workdir) if args.tiny else list(args.members)
     names = [short_name(m) for m in members]
     train, _, source = load_splits(args)

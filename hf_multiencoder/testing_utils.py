@@ -7,7 +7,10 @@ DistilBERT (dim 24, another WordPiece vocabulary, takes no token_type_ids).
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 
 import torch
 from transformers import (
@@ -85,3 +88,16 @@ def _save(root, name, model, tokenizer) -> str:
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+def run_without_package(code: str, cwd) -> dict:
+    """Run `code` in a fresh `python -S` (no site-packages, no `.pth` files, no PYTHONPATH: the code appends the
+    folders it may import from) with its own remote-code module cache in `cwd`, and return the JSON object its last
+    output line prints. For tests of what loads where `hf_multiencoder` is not installed."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["HF_MODULES_CACHE"] = os.path.join(str(cwd), "modules")
+    proc = subprocess.run([sys.executable, "-S", "-c", code], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300)
+    if proc.returncode != 0:
+        raise AssertionError(f"The package-free process failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -4,8 +4,6 @@ merging into an ordinary checkpoint that loads where neither peft nor hf_multien
 import json
 import os
 import re
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -20,6 +18,7 @@ from hf_multiencoder import (
     create_multiencoder_optimizer,
 )
 from hf_multiencoder.lora import get_multiencoder_lora_model, lora_target_modules, modules_to_save
+from hf_multiencoder.testing_utils import run_without_package
 
 peft = pytest.importorskip("peft", reason="LoRA needs the optional extra: pip install 'hf_multiencoder[peft]'")
 
@@ -161,12 +160,7 @@ def test_merged_model_loads_without_peft_and_the_package(tiny_paths, tokenizer, 
                                                                  if n in sys.modules],
                           "module": type(m).__module__, "logits": logits}}))
     """)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["HF_MODULES_CACHE"] = str(tmp_path / "modules")
-    proc = subprocess.run([sys.executable, "-S", "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = run_without_package(code, tmp_path)
     assert result["importable"] == [] and result["loaded"] == []
     assert result["module"].startswith("transformers_modules.")
     torch.testing.assert_close(torch.tensor(result["logits"]), expected, atol=1e-5, rtol=0)

@@ -2,7 +2,6 @@
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
@@ -13,6 +12,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipe
 from transformers.dynamic_module_utils import get_imports
 
 from hf_multiencoder import MultiEncoderForSequenceClassification, MultiEncoderTokenizer
+from hf_multiencoder.testing_utils import run_without_package
 
 SHIPPED = {"configuration_multiencoder.py", "fusion_multiencoder.py", "modeling_multiencoder.py",
            "tokenization_multiencoder.py"}
@@ -98,12 +98,7 @@ def test_trust_remote_code_without_the_package(saved, tmp_path):
         print(json.dumps({{"importable": False, "model": type(m).__module__, "tokenizer": type(t).__name__,
                           "logits": logits, "pipeline": p}}))
     """)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["HF_MODULES_CACHE"] = str(tmp_path / "modules")
-    proc = subprocess.run([sys.executable, "-S", "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = run_without_package(code, tmp_path)
     assert result["importable"] is False, "the subprocess must not see hf_multiencoder"
     assert result["model"].startswith("transformers_modules.")
     assert result["tokenizer"] == "MultiEncoderTokenizer"
