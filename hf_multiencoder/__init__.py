@@ -41,6 +41,8 @@ _LAZY_IMPORTS = {
     "push_multiencoder_to_hub": "hub",
     "load_task": "data",
     "tokenize_task": "data",
+    "adapt_members": "adaptation",
+    "load_corpus": "corpus",
 }
 
 
@@ -84,10 +86,12 @@ __all__ = [
     "MultiEncoderTokenizer",
     "MultiEncoderTrainer",
     "TaskSpec",
+    "adapt_members",
     "build_fusion",
     "create_multiencoder_optimizer",
     "freeze_encoders",
     "get_task",
+    "load_corpus",
     "load_task",
     "mean_fusion_weights",
     "push_multiencoder_to_hub",
