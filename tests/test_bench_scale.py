@@ -12,11 +12,10 @@ import pytest
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO_ROOT, "benchmarks", "bench_scale.py")
 
-pytest.importorskip("peft", reason="the LoRA variants need peft (pip install 'hf_multiencoder[peft]')")
-
 
 @pytest.mark.slow  # a subprocess
 def test_tiny_scale_benchmark_end_to_end(tmp_path):
+    pytest.importorskip("peft", reason="the LoRA variants need peft (pip install 'hf_multiencoder[peft]')")
     out = tmp_path / "scale.json"
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     cmd = [sys.executable, SCRIPT, "--tiny", "--synthetic", "--device", "cpu", "--threads", "1", "--steps", "1",
