@@ -151,8 +151,9 @@ def config_to_argv(config: dict) -> list[str]:
     return argv
 
 
-def parse_args(argv: list[str] | None = None):
-    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments))
+def expand_config_file(parser: HfArgumentParser, argv: list[str] | None = None) -> list[str]:
+    """The command line with a leading YAML/JSON config file turned into arguments (the ones after it win); a key
+    the parser does not know raises a `ValueError`."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0].endswith((".yaml", ".yml", ".json")):
         path = argv.pop(0)
@@ -167,8 +168,18 @@ def parse_args(argv: list[str] | None = None):
         if unknown:
             raise ValueError(f"Unknown argument(s) in {path}: {', '.join(unknown)}.")
         argv = config_to_argv(config) + argv
+    return argv
+
+
+def metric_for_best_model_given(argv: list[str]) -> bool:
+    return any(a == "--metric_for_best_model" or a.startswith("--metric_for_best_model=") for a in argv)
+
+
+def parse_args(argv: list[str] | None = None):
+    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments))
+    argv = expand_config_file(parser, argv)
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
-    if not any(a == "--metric_for_best_model" or a.startswith("--metric_for_best_model=") for a in argv):
+    if not metric_for_best_model_given(argv):
         # TrainingArguments picks "loss" whenever load_best_model_at_end is set; unless asked otherwise, the best
         # checkpoint is the task's (main() sets it once the task is known: MCC for CoLA, Spearman for STS-B, ...).
         training_args.metric_for_best_model = None
@@ -211,21 +222,25 @@ def build_model(model_args: ModelArguments, spec: TaskSpec):
     if model_args.model_name_or_path:
         return model_cls.from_pretrained(model_args.model_name_or_path, cache_dir=model_args.cache_dir,
                                          **label_kwargs)
-    return model_cls.from_encoders(
-        model_args.encoders,
-        encoder_names=model_args.encoder_names,
-        encoder_kwargs={"cache_dir": model_args.cache_dir} if model_args.cache_dir else None,
-        fusion=model_args.fusion,
-        fusion_dim=model_args.fusion_dim,
-        fusion_gating=model_args.fusion_gating,
-        fusion_layer_norm=model_args.fusion_layer_norm,
-        fusion_dropout=model_args.fusion_dropout,
-        pooling=model_args.pooling,
-        word_pooling=model_args.word_pooling,
-        encoder_dropout=model_args.encoder_dropout,
-        classifier_dropout=model_args.classifier_dropout,
-        **label_kwargs,
-    )
+    return model_cls.from_encoders(model_args.encoders, **from_encoders_kwargs(model_args), **label_kwargs)
+
+
+def from_encoders_kwargs(model_args: ModelArguments) -> dict:
+    """The `from_encoders` arguments the model arguments set: member names and the fusion, pooling and dropout
+    options."""
+    return {
+        "encoder_names": model_args.encoder_names,
+        "encoder_kwargs": {"cache_dir": model_args.cache_dir} if model_args.cache_dir else None,
+        "fusion": model_args.fusion,
+        "fusion_dim": model_args.fusion_dim,
+        "fusion_gating": model_args.fusion_gating,
+        "fusion_layer_norm": model_args.fusion_layer_norm,
+        "fusion_dropout": model_args.fusion_dropout,
+        "pooling": model_args.pooling,
+        "word_pooling": model_args.word_pooling,
+        "encoder_dropout": model_args.encoder_dropout,
+        "classifier_dropout": model_args.classifier_dropout,
+    }
 
 
 def build_tokenizer(model_args: ModelArguments):
@@ -435,14 +450,19 @@ def write_results_table(results: list[dict], spec: TaskSpec, model_args, output_
     return table
 
 
-def main(argv: list[str] | None = None) -> dict:
-    model_args, data_args, training_args = parse_args(argv)
+def setup_logging(training_args, script_logger: logging.Logger) -> None:
+    """Log to stdout at the Trainer's process log level (as run_glue.py)."""
     logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", datefmt="%H:%M:%S",
                         handlers=[logging.StreamHandler(sys.stdout)])
     log_level = training_args.get_process_log_level()
-    logger.setLevel(log_level)
+    script_logger.setLevel(log_level)
     transformers.utils.logging.set_verbosity(log_level)
     datasets.utils.logging.set_verbosity(max(log_level, logging.WARNING))
+
+
+def main(argv: list[str] | None = None) -> dict:
+    model_args, data_args, training_args = parse_args(argv)
+    setup_logging(training_args, logger)
 
     raw, spec = load_data(data_args)
     if training_args.metric_for_best_model is None:

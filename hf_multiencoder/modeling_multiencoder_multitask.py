@@ -127,8 +127,9 @@ class MultiEncoderForMultiTask(MultiEncoderPreTrainedModel):
         r"""
         task (`str`):
             The task of this batch (a key of `config.tasks`); may be left out when the model has one task.
-        word_ids (`list[torch.LongTensor]`, one `(batch_size, seq_i)` per member), word_mask (`(batch_size, num_words)`):
-            Token tasks only: the word of each subword (-1 for special tokens and padding) and the real words.
+        word_ids (`list[torch.LongTensor]`, one `(batch_size, seq_i)` per member), word_mask:
+            Token tasks only: the word of each subword (-1 for special tokens and padding) and the real words
+            `(batch_size, num_words)`.
         labels (`torch.Tensor`, *optional*):
             Sentence tasks: class ids `(batch_size,)`, scores (regression) or multi-hot floats `(batch_size,
             num_labels)` (multilabel). Token tasks: a label per word `(batch_size, num_words)`, -100 ignored.
@@ -136,8 +137,8 @@ class MultiEncoderForMultiTask(MultiEncoderPreTrainedModel):
         task = self.resolve_task(task)
         is_token = self.config.is_token_task(task)
         if is_token and word_ids is None:
-            raise ValueError(f"Task {task!r} tags words: pass `word_ids` and `word_mask` (tokenize pre-split words with "
-                             f"MultiEncoderTokenizer(..., is_split_into_words=True)).")
+            raise ValueError(f"Task {task!r} tags words: pass `word_ids` and `word_mask` (tokenize pre-split words "
+                             f"with MultiEncoderTokenizer(..., is_split_into_words=True)).")
         if not is_token and word_ids is not None:
             raise ValueError(f"Task {task!r} labels sentences, but the batch has `word_ids` (a token task's inputs).")
         out = self.multiencoder(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,

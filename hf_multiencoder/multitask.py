@@ -39,13 +39,13 @@ from transformers.trainer_utils import seed_worker, speed_metrics
 
 from .data_collator import MultiEncoderDataCollator
 from .hub import MultiEncoderTrainer
-from .metrics import build_compute_metrics
+from .metrics import MULTITASK_SCORE, build_compute_metrics
+from .model_card import MultiTaskModelCardData
 from .tasks import TaskSpec, get_task
 
 logger = logging.getLogger(__name__)
 
 SAMPLING_SCHEDULES = ("proportional", "temperature", "uniform", "annealed")
-MULTITASK_SCORE = "multitask_score"
 ANNEAL_FINAL_ALPHA = 0.2  # Stickland & Murray (2019): alpha = 1 - 0.8 (e - 1) / (E - 1), from 1 down to 0.2
 
 
@@ -175,7 +175,7 @@ class MultiTaskDataCollator(MultiEncoderDataCollator):
         return batch
 
 
-# ---- task sampling ---------------------------------------------------------------------------------------------------
+# ---- task sampling --------------------------------------------------------------------------------------------------
 def task_probabilities(sizes: Mapping[str, int], sampling: str = "proportional", temperature: float = 2.0,
                        progress: float = 0.0) -> dict[str, float]:
     """How likely each task is to be picked for a step.
@@ -319,7 +319,7 @@ class MultiTaskBatchSampler(Sampler[list[int]]):
                 yield batch
 
 
-# ---- freezing ---------------------------------------------------------------------------------------------------------
+# ---- freezing -------------------------------------------------------------------------------------------------------
 def multitask_model(model: nn.Module) -> nn.Module:
     """The [`MultiEncoderForMultiTask`] inside a wrapper (DDP, peft) or the model itself."""
     for module in model.modules():
@@ -377,7 +377,7 @@ class FreezeHeadsCallback(TrainerCallback):
                 logger.info(f"Step {state.global_step}: the head of task {task!r} is frozen from now on.")
 
 
-# ---- the Trainer ------------------------------------------------------------------------------------------------------
+# ---- the Trainer ----------------------------------------------------------------------------------------------------
 class MultiTaskTrainer(MultiEncoderTrainer):
     """The stock `Trainer` for [`MultiEncoderForMultiTask`]: one task per optimizer step, per-task loss weights, every
     task evaluated.
@@ -418,6 +418,8 @@ class MultiTaskTrainer(MultiEncoderTrainer):
         eval_dataset = kwargs.get("eval_dataset")
         if eval_dataset is not None:
             kwargs["eval_dataset"] = self._split_by_task(eval_dataset)
+        if kwargs.get("model_card_data") is None:
+            kwargs["model_card_data"] = MultiTaskModelCardData()
         if compute_metrics is not None and not isinstance(compute_metrics, Mapping):
             raise ValueError("`compute_metrics` of a MultiTaskTrainer is a mapping {task: compute_metrics function}.")
         super().__init__(*args, **kwargs)
@@ -448,6 +450,15 @@ class MultiTaskTrainer(MultiEncoderTrainer):
         self.loss_weights = {task: float((loss_weights or {}).get(task, 1.0)) for task in names}
         self.task_score_weights = {task: float((task_score_weights or {}).get(task, 1.0)) for task in names}
         self.task_sampler: MultiTaskBatchSampler | None = None
+        card = self.model_card_data
+        if isinstance(card, MultiTaskModelCardData):
+            card.task_main_metrics = dict(self.task_main_metrics)
+            card.score_description = card.score_description or self.describe_score()
+            card.task_sampling = card.task_sampling or self.describe_sampling()
+            for task, spec in specs.items():
+                card.task_datasets.setdefault(task, {"dataset_name": spec.display_name or spec.name,
+                                                     "dataset_id": spec.hub_id, "dataset_config": spec.hub_config})
+            card.language = card.language or next((s.language for s in specs.values() if s.language), None)
 
     @staticmethod
     def _split_by_task(datasets) -> dict[str, MultiTaskDataset]:
@@ -565,6 +576,17 @@ class MultiTaskTrainer(MultiEncoderTrainer):
         if not values or sum(weights) == 0:
             return None
         return sum(w * v for w, v in zip(weights, values)) / sum(weights)
+
+    def describe_sampling(self) -> str:
+        """How tasks are sampled, in words: e.g. "temperature sampling, T=2; loss weights ner 0.5"."""
+        text = {"proportional": "proportional sampling (p ∝ examples)",
+                "temperature": f"temperature sampling, T={self.sampling_temperature:g}",
+                "uniform": "uniform sampling",
+                "annealed": "annealed sampling (Stickland & Murray 2019)"}[self.task_sampling]
+        weighted = {t: w for t, w in self.loss_weights.items() if w != 1.0}
+        if weighted:
+            text += "; loss weights " + ", ".join(f"{t} {w:g}" for t, w in weighted.items())
+        return text
 
     def describe_score(self) -> str:
         """The combination `multitask_score` stands for, in words: e.g. "mean of ner overall_f1, trec accuracy"."""
