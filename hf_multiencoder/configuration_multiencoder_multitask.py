@@ -124,7 +124,7 @@ def check_task_labels(saved: Mapping[str, Mapping[str, Any]], requested: Mapping
     """Raise a `ValueError` if a task of both configs has another type or other labels in ``requested`` than the
     head saved for it (that head's outputs would be read with the wrong labels)."""
     saved, requested = normalize_tasks(saved), normalize_tasks(requested)
-    for name in saved.keys() & requested.keys():
+    for name in (name for name in saved if name in requested):
         old, new = saved[name], requested[name]
         if old["type"] != new["type"]:
             raise ValueError(f"Task {name!r} was saved as a {old['type']} task but the config makes it a "

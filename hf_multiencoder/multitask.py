@@ -222,6 +222,7 @@ class MultiTaskBatchSampler(Sampler[list[int]]):
         steps_per_epoch: optimizer steps per epoch; default: as many batches as the tasks have data in total
             (each task's data seen about once per epoch under proportional sampling).
         num_training_steps: the steps of the whole training (`annealed` anneals over them); default one epoch.
+        sampled_tasks: the tasks to draw steps from (default all): tasks with nothing left to train are left out.
     """
 
     def __init__(
@@ -234,12 +235,17 @@ class MultiTaskBatchSampler(Sampler[list[int]]):
         batches_per_step: int = 1,
         steps_per_epoch: int | None = None,
         num_training_steps: int | None = None,
+        sampled_tasks: Sequence[str] | None = None,
     ):
         if batch_size < 1 or batches_per_step < 1:
             raise ValueError(f"batch_size ({batch_size}) and batches_per_step ({batches_per_step}) must be positive.")
-        task_probabilities(task_sizes, sampling, temperature)  # checks the schedule and the sizes
         self.task_sizes = dict(task_sizes)
-        self.tasks = list(self.task_sizes)
+        sampled_tasks = list(self.task_sizes) if sampled_tasks is None else list(sampled_tasks)
+        unknown = sorted(set(sampled_tasks) - set(self.task_sizes))
+        if unknown or not sampled_tasks:
+            raise ValueError(f"sampled_tasks must be some of the tasks {list(self.task_sizes)}, got {sampled_tasks}.")
+        self.tasks = [t for t in self.task_sizes if t in sampled_tasks]
+        task_probabilities(self.sampled_sizes, sampling, temperature)  # checks the schedule and the sizes
         self.batch_size = batch_size
         self.drop_last = False  # every batch is full (read by accelerate's BatchSamplerShard)
         self.sampling = sampling
@@ -247,7 +253,7 @@ class MultiTaskBatchSampler(Sampler[list[int]]):
         self.seed = seed
         self.batches_per_step = batches_per_step
         if steps_per_epoch is None:
-            batches = sum(math.ceil(n / batch_size) for n in self.task_sizes.values())
+            batches = sum(math.ceil(n / batch_size) for n in self.sampled_sizes.values())
             steps_per_epoch = math.ceil(batches / batches_per_step)
         if steps_per_epoch < 1:
             raise ValueError(f"steps_per_epoch must be positive, got {steps_per_epoch}.")
@@ -257,7 +263,11 @@ class MultiTaskBatchSampler(Sampler[list[int]]):
         starts = [0]
         for n in self.task_sizes.values():
             starts.append(starts[-1] + n)
-        self.offsets = dict(zip(self.tasks, starts))
+        self.offsets = dict(zip(self.task_sizes, starts))
+
+    @property
+    def sampled_sizes(self) -> dict[str, int]:
+        return {task: self.task_sizes[task] for task in self.tasks}
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -268,7 +278,7 @@ class MultiTaskBatchSampler(Sampler[list[int]]):
     def probabilities(self, step: int) -> dict[str, float]:
         """The task probabilities of global optimizer step `step` (counted from the start of training)."""
         progress = step / max(1, self.num_training_steps - 1)
-        return task_probabilities(self.task_sizes, self.sampling, self.temperature, progress)
+        return task_probabilities(self.sampled_sizes, self.sampling, self.temperature, progress)
 
     def _generator(self, stream: int, epoch: int) -> torch.Generator:
         return torch.Generator().manual_seed(self.seed * 1_000_003 + epoch * 2 + stream)
@@ -348,6 +358,19 @@ def freeze_all_but_head(model: nn.Module, task: str) -> list[str]:
     for p in model.parameters():
         p.requires_grad_(id(p) in keep)
     return [name for name, p in model.named_parameters() if p.requires_grad]
+
+
+def trainable_tasks(model: nn.Module) -> list[str]:
+    """The tasks whose loss still trains something: their head, the members, or their level's fusion."""
+    model = multitask_model(model)
+    base = model.multiencoder
+    members = any(p.requires_grad for p in base.encoders.parameters())
+    tasks = []
+    for task in model.config.task_names:
+        modules = (*base.fusion_layers(model.config.is_token_task(task)), model.heads[task])
+        if members or any(p.requires_grad for module in modules for p in module.parameters()):
+            tasks.append(task)
+    return tasks
 
 
 class FreezeHeadsCallback(TrainerCallback):
@@ -474,11 +497,19 @@ class MultiTaskTrainer(MultiEncoderTrainer):
     def build_task_sampler(self) -> MultiTaskBatchSampler:
         """The sampler of the training data, for this run's batch size, processes and accumulation."""
         args = self.args
+        trainable = trainable_tasks(self.model)
+        sampled = [task for task in self.train_dataset.tasks if task in trainable]
+        if not sampled:
+            raise ValueError(f"Nothing to train: the heads of the tasks with training data "
+                             f"({', '.join(self.train_dataset.tasks)}) and every part they share are frozen.")
+        if len(sampled) < len(self.train_dataset.tasks):
+            logger.warning(f"Task(s) {sorted(set(self.train_dataset.tasks) - set(sampled))} are not trained: their "
+                           f"head and every part they share are frozen.")
         batches_per_step = max(1, args.world_size) * args.gradient_accumulation_steps
         sampler = MultiTaskBatchSampler(
             self.train_dataset.task_sizes, batch_size=self._train_batch_size, sampling=self.task_sampling,
             temperature=self.sampling_temperature, seed=args.data_seed if args.data_seed is not None else args.seed,
-            batches_per_step=batches_per_step,
+            batches_per_step=batches_per_step, sampled_tasks=sampled,
         )
         total = args.max_steps if args.max_steps > 0 else math.ceil(args.num_train_epochs * sampler.steps_per_epoch)
         sampler.num_training_steps = total
@@ -508,6 +539,10 @@ class MultiTaskTrainer(MultiEncoderTrainer):
         task = inputs.get("task")
         result = super().compute_loss(model, inputs, return_outputs=return_outputs,
                                       num_items_in_batch=num_items_in_batch)
+        loss = result[0] if return_outputs else result
+        if model.training and not loss.requires_grad:
+            raise ValueError(f"Task {task!r} has nothing left to train (its head and every part it shares are "
+                             f"frozen): leave it out of the training data or unfreeze a part.")
         weight = self.loss_weights.get(task, 1.0) if model.training else 1.0
         if weight == 1.0:
             return result
@@ -613,4 +648,5 @@ __all__ = [
     "task_head",
     "task_heads",
     "task_probabilities",
+    "trainable_tasks",
 ]
