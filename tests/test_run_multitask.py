@@ -107,5 +107,5 @@ def test_end_to_end_on_two_real_tasks(tiny_paths, shared_data, tmp_path):
 
 def test_a_task_without_data(tiny_paths, tmp_path, hub_offline):
     hub_offline(True)
-    with pytest.raises(FileNotFoundError, match="Task 'trec'"):
+    with pytest.raises(FileNotFoundError, match="Task 'conll2003': local data .*no_data.* not found"):
         run_multitask.main(tiny_args(tiny_paths, tmp_path, "--data_dir", str(tmp_path / "no_data")))
