@@ -2,7 +2,11 @@
 MultiTaskTrainer (one task per step, loss weights, every task evaluated, best checkpoint by the combined score),
 freezing, and the bad inputs. Tiny random members, a few optimizer steps."""
 
+import json
 import os
+import socket
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -297,3 +301,62 @@ def test_a_task_without_data(tokenizer, tmp_path, hub_offline):
             load_multitask_data({"e": "empty_task"}, tokenizer, data_dir=str(tmp_path))
     finally:
         del TASKS["empty_task"]
+
+
+DISTRIBUTED_SCRIPT = '''
+import json, os, sys
+import torch
+from datasets import Dataset
+from transformers import TrainingArguments
+from hf_multiencoder import MultiEncoderForMultiTask, MultiEncoderTokenizer
+from hf_multiencoder.multitask import MultiTaskTrainer, task_heads
+from hf_multiencoder.tasks import TaskSpec
+
+paths, out = sys.argv[1:3], sys.argv[3]
+rank = int(os.environ["RANK"])
+specs = {"ner": TaskSpec("tiny_ner", kind="token", label_list=["O", "B-PER", "I-PER"]),
+         "acc": TaskSpec("tiny_acc", label_list=["no", "yes"])}
+tok = MultiEncoderTokenizer.from_encoders(paths, encoder_names=["bert", "roberta"])
+acc = Dataset.from_dict({"sentence1": ["the cat sat", "he can will go", "a dog runs", "john left"] * 5,
+                         "label": [1, 0, 1, 0] * 5})
+acc = acc.map(lambda b: dict(tok(b["sentence1"])), batched=True, remove_columns=["sentence1"])
+ner = Dataset.from_dict({"tokens": [["john", "smith", "went"], ["the", "cat"]] * 10,
+                         "labels": [[1, 2, 0], [0, 0]] * 10})
+ner = ner.map(lambda b: dict(tok(b["tokens"], is_split_into_words=True)), batched=True, remove_columns=["tokens"])
+torch.manual_seed(0)
+model = MultiEncoderForMultiTask.from_encoders(paths, encoder_names=["bert", "roberta"], tasks=task_heads(specs))
+seen = []
+model.register_forward_pre_hook(lambda m, a, kw: seen.append(kw["task"]) if m.training else None, with_kwargs=True)
+args = TrainingArguments(output_dir=out, per_device_train_batch_size=2, gradient_accumulation_steps=2, max_steps=5,
+                         learning_rate=1e-3, report_to=[], use_cpu=True, save_strategy="no", disable_tqdm=True, seed=0)
+trainer = MultiTaskTrainer(model=model, args=args, train_dataset={"acc": acc, "ner": ner}, processing_class=tok,
+                           task_specs=specs, task_sampling="uniform")
+trainer.train()
+with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+    json.dump({"seen": seen, "steps": trainer.task_sampler.step_tasks(0)[:5], "world": args.world_size,
+               "head": model.heads["acc"].weight.sum().item(),
+               "scorer": model.multiencoder.fusion.scorer.weight.sum().item()}, f)
+'''
+
+
+@pytest.mark.slow  # two processes (torchrun, gloo on the CPU)
+def test_two_processes_train_the_same_task_in_every_step(tiny_paths, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(DISTRIBUTED_SCRIPT)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    with socket.socket() as free:  # a port no other job on the machine holds
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                           "--master_port", str(port), str(script), *tiny_paths[:2], str(tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    ranks = [json.load(open(tmp_path / f"rank{r}.json")) for r in range(2)]
+    assert [r["world"] for r in ranks] == [2, 2]
+    steps = ranks[0]["steps"]
+    assert ranks[1]["steps"] == steps and set(steps) == {"acc", "ner"}
+    for rank in ranks:  # every micro-batch of every step on every process: that step's task
+        assert rank["seen"] == [task for task in steps for _ in range(2)]
+    # the processes stayed in sync (DDP averaged the same task's gradients)
+    assert ranks[0]["head"] == pytest.approx(ranks[1]["head"]) and ranks[0]["scorer"] == pytest.approx(
+        ranks[1]["scorer"])
