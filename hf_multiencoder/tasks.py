@@ -367,14 +367,11 @@ for _name, _column, _what in (("emobank", "V", "valence"), ("emobank_arousal", "
 _FB_NOTE = ("Facebook valence/arousal (Preotiuc-Pietro et al. 2016). No official split. The original project's: "
             "tabs removed from the messages, empty ones dropped (2894 left); validation = the first 800, train = the "
             "other 2094; no test set. The target is the first annotator's rating (1-9), as the original used.")
-register_task(TaskSpec(
-    "fb_va", is_regression=True, reader="fb_va", local_path="fb_va/dataset-fb-valence-arousal-anon.csv",
-    reader_kwargs={"target": "Valence1", "dev_size": 800}, display_name="Facebook posts (valence)",
-    description=_FB_NOTE))
-register_task(TaskSpec(
-    "fb_va_arousal", is_regression=True, reader="fb_va", local_path="fb_va/dataset-fb-valence-arousal-anon.csv",
-    reader_kwargs={"target": "Arousal1", "dev_size": 800}, display_name="Facebook posts (arousal)",
-    description=_FB_NOTE))
+for _name, _column, _what in (("fb_va", "Valence1", "valence"), ("fb_va_arousal", "Arousal1", "arousal")):
+    register_task(TaskSpec(
+        _name, is_regression=True, reader="fb_va", local_path="fb_va/dataset-fb-valence-arousal-anon.csv",
+        reader_kwargs={"target": _column, "dev_size": 800}, display_name=f"Facebook posts ({_what})",
+        description=_FB_NOTE))
 
 del _spec, _name, _column, _what
 
