@@ -336,6 +336,23 @@ def build_trainer(model_args, data_args, training_args, spec, tokenizer, tokeniz
     )
 
 
+def train_and_save(trainer, training_args) -> dict:
+    """Train (resuming from `--resume_from_checkpoint`, else from the output folder's last checkpoint), then save the
+    model, the train metrics and the trainer state, as run_glue.py does. Returns the train metrics."""
+    checkpoint = training_args.resume_from_checkpoint
+    if checkpoint is None and os.path.isdir(training_args.output_dir):
+        checkpoint = get_last_checkpoint(training_args.output_dir)
+        if checkpoint is not None:
+            logger.info(f"Resuming from the last checkpoint in the output folder: {checkpoint}")
+    train_result = trainer.train(resume_from_checkpoint=checkpoint)
+    trainer.save_model()
+    metrics = dict(train_result.metrics, train_samples=len(trainer.train_dataset))
+    trainer.log_metrics("train", metrics)
+    trainer.save_metrics("train", metrics)
+    trainer.save_state()
+    return metrics
+
+
 def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokenized) -> dict:
     set_seed(training_args.seed)
     model = build_model(model_args, spec)
@@ -345,24 +362,13 @@ def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokeni
         logger.info(f"Frozen members: {[model.config.encoder_names[i] for i in frozen]}")
     model.to(training_args.device)  # before the optimizer, so that it can use the fused CUDA kernel
     trainer = build_trainer(model_args, data_args, training_args, spec, tokenizer, tokenized, model)
-    train_dataset = trainer.train_dataset
     eval_splits = [s for s in spec.validation_splits if s in tokenized]
     eval_datasets = {s: tokenized[s] for s in eval_splits}
     main_key = f"eval_{spec.main_metric}"
     result = {"seed": training_args.seed}
     start = time.time()
     if training_args.do_train:
-        checkpoint = training_args.resume_from_checkpoint
-        if checkpoint is None and os.path.isdir(training_args.output_dir):
-            checkpoint = get_last_checkpoint(training_args.output_dir)
-            if checkpoint is not None:
-                logger.info(f"Resuming from the last checkpoint in the output folder: {checkpoint}")
-        train_result = trainer.train(resume_from_checkpoint=checkpoint)
-        trainer.save_model()
-        metrics = dict(train_result.metrics, train_samples=len(train_dataset))
-        trainer.log_metrics("train", metrics)
-        trainer.save_metrics("train", metrics)
-        trainer.save_state()
+        train_and_save(trainer, training_args)
     result["train_seconds"] = round(time.time() - start, 1)
 
     all_eval = {}

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 
 import torch
 from transformers import EarlyStoppingCallback, HfArgumentParser, TrainingArguments, set_seed
-from transformers.trainer_utils import get_last_checkpoint
 
 from hf_multiencoder import MultiEncoderForMultiTask, create_multiencoder_optimizer, freeze_encoders
 from hf_multiencoder.multitask import (
@@ -41,6 +40,7 @@ from run_glue_multi import (
     from_encoders_kwargs,
     metric_for_best_model_given,
     setup_logging,
+    train_and_save,
 )
 
 logger = logging.getLogger(__name__)
@@ -198,17 +198,7 @@ def train_one(model_args, task_args, training_args, data, specs, tokenizer) -> d
     result = {"seed": training_args.seed}
     start = time.time()
     if training_args.do_train:
-        checkpoint = training_args.resume_from_checkpoint
-        if checkpoint is None and os.path.isdir(training_args.output_dir):
-            checkpoint = get_last_checkpoint(training_args.output_dir)
-            if checkpoint is not None:
-                logger.info(f"Resuming from the last checkpoint in the output folder: {checkpoint}")
-        train_result = trainer.train(resume_from_checkpoint=checkpoint)
-        trainer.save_model()
-        metrics = dict(train_result.metrics, train_samples=len(trainer.train_dataset))
-        trainer.log_metrics("train", metrics)
-        trainer.save_metrics("train", metrics)
-        trainer.save_state()
+        train_and_save(trainer, training_args)
         result["task_steps"] = trainer.task_sampler.task_counts(trainer.state.global_step)
         logger.info(f"Optimizer steps per task: {result['task_steps']}")
     result["train_seconds"] = round(time.time() - start, 1)
