@@ -521,6 +521,9 @@ class MultiTaskTrainer(MultiEncoderTrainer):
             raise ValueError("Trainer: training requires a train_dataset.")
         self.task_sampler = self.build_task_sampler()
         args = self.args
+        if getattr(args, "train_sampling_strategy", "random") not in ("random", None):
+            logger.warning(f"train_sampling_strategy={args.train_sampling_strategy!r} is not used: the multi-task "
+                           f"sampler orders the training batches ({self.describe_sampling()}).")
         params = {
             "batch_sampler": self.task_sampler,
             "collate_fn": self._get_collator_with_removed_columns(self.data_collator, description="training"),
