@@ -662,9 +662,10 @@ class MultiTaskModelCardData(MultiEncoderModelCardData):
                 f"Score ({split})": f"{results[name][metric]:.4f}" if metric and metric in results.get(name, {})
                 else "-",
             }
-            for member in self.members:
-                w = weights.get(name, {}).get(member["name"])
-                row[f"Fusion Weight {member['name']}"] = f"{w:.4f}" if w is not None else "-"
+            if weights:  # fusions with weights (DME, CDME)
+                for member in self.members:
+                    w = weights.get(name, {}).get(member["name"])
+                    row[f"Fusion Weight {member['name']}"] = f"{w:.4f}" if w is not None else "-"
             rows.append(row)
         return make_markdown_table(rows).replace("-:|", "--|")
 

@@ -139,13 +139,14 @@ class MultiTaskDataset(Dataset):
         self.tasks = list(self.datasets)
         sizes = [len(ds) for ds in self.datasets.values()]
         self.offsets = [sum(sizes[:i]) for i in range(len(sizes))]
+        self._length = sum(sizes)
 
     @property
     def task_sizes(self) -> dict[str, int]:
         return {name: len(ds) for name, ds in self.datasets.items()}
 
     def __len__(self) -> int:
-        return sum(self.task_sizes.values())
+        return self._length
 
     def task_of(self, index: int) -> str:
         return self.tasks[bisect.bisect_right(self.offsets, index) - 1]
