@@ -1,16 +1,20 @@
 #!/usr/bin/env python
-"""Fine-tune several pretrained encoders together (concat / DME / CDME fusion) on GLUE, TREC, SICK, CoNLL-2003,
-WNUT-17 or your own files, with the stock Trainer. Modelled on transformers' examples/pytorch/text-classification/
-run_glue.py.
+"""Fine-tune several pretrained encoders together (concat / DME / CDME fusion) on any registered task (GLUE, TREC,
+SICK, CoNLL-2003, WNUT-17, MIT, the original project's corpora) or your own files, with the stock Trainer. Modelled on
+transformers' examples/pytorch/text-classification/run_glue.py.
 
-    python run_glue_multi.py configs/cola_dme.yaml [--any_argument value ...]
+    python run_glue_multi.py configs/glue/cola.yaml [--any_argument value ...]
 
-The first argument may be a YAML or JSON file holding any of the arguments below; command-line arguments override
-it. Token-classification tasks (conll2003, wnut17, or CoNLL files with --task_type token) use the same CLI.
+The first argument may be a YAML or JSON file holding any of the arguments below; command-line arguments override it.
+Without --do_train/--do_eval/--do_predict a run trains and evaluates. A run writes into an empty (or new)
+--output_dir; --overwrite_output_dir true starts afresh in a used one, --resume_from_checkpoint true continues it from
+its newest complete checkpoint.
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -24,7 +28,6 @@ import torch
 import transformers
 import yaml
 from transformers import EarlyStoppingCallback, HfArgumentParser, TrainingArguments, set_seed
-from transformers.trainer_utils import get_last_checkpoint
 
 from hf_multiencoder import (
     MultiEncoderDataCollator,
@@ -37,15 +40,16 @@ from hf_multiencoder import (
 )
 from hf_multiencoder.data import load_task, tokenize_task
 from hf_multiencoder.metrics import build_compute_metrics, fusion_weights_from_metrics
-from hf_multiencoder.model_card import MultiEncoderModelCardData
+from hf_multiencoder.model_card import MultiEncoderModelCardData, save_seeds_card
 from hf_multiencoder.modeling_multiencoder import word_tags
 from hf_multiencoder.results import format_summary, mean_by_key, summarize
+from hf_multiencoder.runs import check_resume_args, prepare_output_dir, resolve_resume, write_run_args
 from hf_multiencoder.tasks import TASKS, TaskSpec
 
 logger = logging.getLogger(__name__)
 
-# The seed project's example sentences, reported with their fusion weights after evaluation.
-DEFAULT_FUSION_EXAMPLES = ["He can will go", "Somebody just left.", "The more you read, the more you know."]
+# How many examples of the task's own validation data the fusion report and the model card show.
+NUM_EXAMPLES = 3
 
 
 @dataclass
@@ -115,12 +119,18 @@ class DataTrainingArguments:
     max_eval_samples: int | None = field(default=None, metadata={"help": "Truncate the validation set(s)."})
     max_predict_samples: int | None = field(default=None, metadata={"help": "Truncate the test set."})
     from_hub: bool | None = field(default=None, metadata={"help": "Load the task from the Hub with `datasets`."})
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Start afresh in a non-empty --output_dir (its old checkpoints are deleted). "
+                                         "Without it a non-empty output folder is an error, unless resuming "
+                                         "(--resume_from_checkpoint true or a checkpoint folder)."}
+    )
     seeds: list[int] | None = field(
         default=None, metadata={"help": "Train once per seed and write a results table (median, mean, std)."}
     )
     early_stopping_patience: int | None = field(default=None, metadata={"help": "Evaluations without gain to stop."})
     fusion_examples: list[str] | None = field(
-        default=None, metadata={"help": "Sentences whose fusion weights are reported after evaluation."}
+        default=None, metadata={"help": "Sentences whose fusion weights are reported after evaluation (default: the "
+                                        "first 3 of the task's validation data)."}
     )
 
     def __post_init__(self):
@@ -176,7 +186,8 @@ def metric_for_best_model_given(argv: list[str]) -> bool:
 
 
 def parse_args(argv: list[str] | None = None):
-    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments))
+    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments), description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     argv = expand_config_file(parser, argv)
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     if not metric_for_best_model_given(argv):
@@ -255,18 +266,34 @@ def epoch_scores(log_history: list[dict], key: str) -> list[float]:
     return [entry[key] for entry in log_history if key in entry and "epoch" in entry]
 
 
+def example_inputs(raw, spec: TaskSpec, data_args) -> list:
+    """A few inputs from the task's own validation (else training) data: sentences, (sentence, pair) tuples, or word
+    lists; `--fusion_examples` replaces them for single-sentence tasks."""
+    if data_args.fusion_examples and not spec.is_pair and spec.kind != "token":
+        return list(data_args.fusion_examples)
+    split = next((s for s in (*spec.validation_splits, "train") if s in raw), None)
+    if split is None:
+        return []
+    rows = raw[split].select(range(min(NUM_EXAMPLES, len(raw[split]))))
+    if spec.kind == "token":
+        return [list(tokens) for tokens in rows["tokens"]]
+    return list(zip(rows["sentence1"], rows["sentence2"])) if spec.is_pair else list(rows["sentence1"])
+
+
 def fusion_report(model, tokenizer, spec: TaskSpec, eval_metrics: dict, examples: list, output_dir: str,
                   max_length: int = 128) -> dict:
     """Mean fusion weight of each member on the dev set (from the evaluation's metrics), and the weights of a few
-    example sentences; written to `fusion_weights.json`."""
+    example inputs; written to `fusion_weights.json`."""
     names = list(model.config.encoder_names)
     report = {"members": names, "mean_fusion_weights": fusion_weights_from_metrics(eval_metrics, names),
               "examples": []}
-    if spec.kind != "token" and not spec.is_pair and examples and report["mean_fusion_weights"] is not None:
-        result = model.predict_with_fusion_weights(tokenizer, examples, max_length=max_length)
+    if spec.kind != "token" and examples and report["mean_fusion_weights"] is not None:
+        texts = [e[0] if spec.is_pair else e for e in examples]
+        pairs = [e[1] for e in examples] if spec.is_pair else None
+        result = model.predict_with_fusion_weights(tokenizer, texts, text_pairs=pairs, max_length=max_length)
         report["examples"] = [
-            {"sentence": s, "prediction": p, "fusion_weights": w}
-            for s, p, w in zip(result["Sentences"], result["Predictions"], result["DME scores"])
+            {"sentence": s if pairs is None else f"{s} / {pairs[i]}", "prediction": p, "fusion_weights": w}
+            for i, (s, p, w) in enumerate(zip(result["Sentences"], result["Predictions"], result["DME scores"]))
         ]
     with open(os.path.join(output_dir, "fusion_weights.json"), "w") as f:
         json.dump(report, f, indent=2)
@@ -337,14 +364,15 @@ def build_trainer(model_args, data_args, training_args, spec, tokenizer, tokeniz
 
 
 def train_and_save(trainer, training_args) -> dict:
-    """Train (resuming from `--resume_from_checkpoint`, else from the output folder's last checkpoint), then save the
+    """Train (from scratch, or resuming as `--resume_from_checkpoint` says), refuse non-finite weights, then save the
     model, the train metrics and the trainer state, as run_glue.py does. Returns the train metrics."""
-    checkpoint = training_args.resume_from_checkpoint
-    if checkpoint is None and os.path.isdir(training_args.output_dir):
-        checkpoint = get_last_checkpoint(training_args.output_dir)
-        if checkpoint is not None:
-            logger.info(f"Resuming from the last checkpoint in the output folder: {checkpoint}")
+    checkpoint = resolve_resume(training_args.output_dir, training_args.resume_from_checkpoint)
+    if checkpoint is not None:
+        logger.warning(f"Resuming from {checkpoint}")
     train_result = trainer.train(resume_from_checkpoint=checkpoint)
+    bad = [n for n, p in trainer.model.named_parameters() if not torch.isfinite(p).all()]
+    if bad:
+        raise FloatingPointError(f"Training left non-finite weights ({bad[:3]}...); nothing was saved as the result.")
     trainer.save_model()
     metrics = dict(train_result.metrics, train_samples=len(trainer.train_dataset))
     trainer.log_metrics("train", metrics)
@@ -353,7 +381,8 @@ def train_and_save(trainer, training_args) -> dict:
     return metrics
 
 
-def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokenized) -> dict:
+def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokenized):
+    """One run, one seed. Returns its result (for results.json) and its model card data."""
     set_seed(training_args.seed)
     model = build_model(model_args, spec)
     tokenizer.check_model(model)
@@ -362,13 +391,19 @@ def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokeni
         logger.info(f"Frozen members: {[model.config.encoder_names[i] for i in frozen]}")
     model.to(training_args.device)  # before the optimizer, so that it can use the fused CUDA kernel
     trainer = build_trainer(model_args, data_args, training_args, spec, tokenizer, tokenized, model)
+    trainer.model_card_data.set_data_limits(train=data_args.max_train_samples, eval=data_args.max_eval_samples)
+    examples = example_inputs(raw, spec, data_args)
+    trainer.model_card_data.set_example_inputs(examples)
     eval_splits = [s for s in spec.validation_splits if s in tokenized]
     eval_datasets = {s: tokenized[s] for s in eval_splits}
     main_key = f"eval_{spec.main_metric}"
     result = {"seed": training_args.seed}
     start = time.time()
+    history = []
     if training_args.do_train:
         train_and_save(trainer, training_args)
+        # the per-epoch scores, before the evaluations below (which, with load_best_model_at_end, score the best)
+        history = epoch_scores(trainer.state.log_history, main_key)
     result["train_seconds"] = round(time.time() - start, 1)
 
     all_eval = {}
@@ -382,7 +417,6 @@ def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokeni
             trainer.save_metrics(prefix, metrics)
             all_eval[split] = metrics
         final_metrics = all_eval[eval_splits[0]]
-        history = epoch_scores(trainer.state.log_history, main_key)
         result.update({
             "eval": final_metrics,
             "epoch_scores": history,
@@ -391,13 +425,13 @@ def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokeni
             "score": final_metrics[main_key],
         })
         report = fusion_report(model, tokenizer, spec, final_metrics,
-                               data_args.fusion_examples or DEFAULT_FUSION_EXAMPLES, training_args.output_dir,
+                               examples, training_args.output_dir,
                                max_length=data_args.max_seq_length)
         result["fusion"] = report
         trainer.model_card_data.set_fusion_examples(report["examples"])
         text = format_fusion_report(report)
         if text:
-            logger.info("Fusion weights\n" + text)
+            print(f"\nFusion weights ({training_args.output_dir}):\n{text}", flush=True)
 
     if training_args.do_predict and "test" in tokenized:
         test = tokenized["test"]
@@ -426,8 +460,9 @@ def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokeni
         trainer.push_to_hub(**card_kwargs)
     else:
         trainer.create_model_card(**card_kwargs)
+    card_data = trainer.model_card_data
     del trainer, model
-    return result
+    return result, card_data
 
 
 def write_results_table(results: list[dict], spec: TaskSpec, model_args, output_dir: str) -> dict:
@@ -456,43 +491,104 @@ def write_results_table(results: list[dict], spec: TaskSpec, model_args, output_
     return table
 
 
-def setup_logging(training_args, script_logger: logging.Logger) -> None:
-    """Log to stdout at the Trainer's process log level (as run_glue.py)."""
+def run_arguments(model_args, data_args, training_args) -> dict:
+    """What a run is, recorded in run_args.json (resuming must match the model and data parts)."""
+    return {**{f"model.{k}": v for k, v in dataclasses.asdict(model_args).items()},
+            **{f"data.{k}": v for k, v in dataclasses.asdict(data_args).items() if k not in ("seeds",)},
+            "training.seed": training_args.seed, "training.learning_rate": training_args.learning_rate}
+
+
+def print_summary(table: dict, results: list[dict], spec: TaskSpec) -> None:
+    """The result table, at the default log level."""
+    lines = [f"\n{spec.display_name or spec.name}: {spec.main_metric} x100"]
+    for r in results:
+        if "best_epoch_score" in r:
+            lines.append(f"  seed {r['seed']}: best epoch {r['best_epoch_score'] * 100:.2f}, final epoch "
+                         f"{r['final_epoch_score'] * 100:.2f} ({r['train_seconds']} s)")
+    for label, key in (("best epoch", "best_epoch"), ("final epoch", "final_epoch")):
+        if table.get(key) and len(results) > 1:
+            lines.append(f"  {label}: {format_summary(table[key])}")
+    if table.get("mean_fusion_weights"):
+        lines.append("  mean fusion weight: " + ", ".join(f"{name} {w:.2f}"
+                                                          for name, w in table["mean_fusion_weights"].items()))
+    print("\n".join(lines), flush=True)
+
+
+def setup_run(training_args, script_logger: logging.Logger) -> None:
+    """Log to stdout at the Trainer's process log level (as run_glue.py); train and evaluate when no --do_* is given;
+    no memory pinning without a GPU."""
     logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", datefmt="%H:%M:%S",
                         handlers=[logging.StreamHandler(sys.stdout)])
     log_level = training_args.get_process_log_level()
     script_logger.setLevel(log_level)
     transformers.utils.logging.set_verbosity(log_level)
     datasets.utils.logging.set_verbosity(max(log_level, logging.WARNING))
+    if not (training_args.do_train or training_args.do_eval or training_args.do_predict):
+        training_args.do_train = training_args.do_eval = True
+        script_logger.warning("Neither --do_train, --do_eval nor --do_predict given: training and evaluating.")
+    if not torch.cuda.is_available():
+        training_args.dataloader_pin_memory = False  # nothing to pin to (and no warning about it)
+
+
+def seed_output_dir(base_output: str, seed: int, seeds: list[int]) -> str:
+    return os.path.join(base_output, f"seed_{seed}") if len(seeds) > 1 else base_output
+
+
+def prepare_run_folders(base_output: str, seeds: list[int], run_args: dict, training_args, overwrite: bool) -> bool:
+    """Check the run folders before any work: an empty (or new) output folder, or, when resuming, the same model and
+    data arguments as the run being resumed. Returns whether the run resumes."""
+    resuming = training_args.do_train and training_args.resume_from_checkpoint not in (None, "", "false", "False")
+    if resuming:
+        for seed in seeds:
+            check_resume_args(seed_output_dir(base_output, seed, seeds), {**run_args, "training.seed": seed},
+                              [k for k in run_args if k.startswith(("model.", "data."))] + ["training.seed"])
+    prepare_output_dir(base_output, overwrite=overwrite, resuming=resuming)
+    return resuming
+
+
+def start_seed_run(training_args, base_output: str, seed: int, seeds: list[int], run_args: dict, resuming: bool,
+                   overwrite: bool) -> None:
+    """Point `training_args` at one seed's folder (prepared, with its run_args.json, unless resuming)."""
+    training_args.seed = seed
+    training_args.output_dir = seed_output_dir(base_output, seed, seeds)
+    if not resuming:
+        prepare_output_dir(training_args.output_dir, overwrite=overwrite)
+        write_run_args(training_args.output_dir, {**run_args, "training.seed": seed})
+    logger.info(f"=== seed {seed}: output in {training_args.output_dir}")
 
 
 def main(argv: list[str] | None = None) -> dict:
     model_args, data_args, training_args = parse_args(argv)
-    setup_logging(training_args, logger)
+    setup_run(training_args, logger)
+
+    seeds = data_args.seeds or [training_args.seed]
+    base_output = training_args.output_dir
+    run_args = run_arguments(model_args, data_args, training_args)
+    resuming = prepare_run_folders(base_output, seeds, run_args, training_args, data_args.overwrite_output_dir)
 
     raw, spec = load_data(data_args)
     if training_args.metric_for_best_model is None:
         training_args.metric_for_best_model = spec.main_metric
         training_args.greater_is_better = True
     tokenizer = build_tokenizer(model_args)
-    logger.info(f"Task {spec.name} ({spec.kind}); members: {tokenizer.encoder_names}; fusion {model_args.fusion}")
+    labels = "a score (regression)" if spec.is_regression else f"{spec.num_labels} labels {spec.label_list}"
+    print(f"Task {spec.name} ({spec.task_type}, {labels}); members {tokenizer.encoder_names}; fusion "
+          f"{model_args.fusion}", flush=True)
     tokenized = tokenize_dataset(raw, spec, tokenizer, data_args, training_args)
 
-    seeds = data_args.seeds or [training_args.seed]
-    base_output = training_args.output_dir
-    results = []
+    results, card_data = [], None
     for seed in seeds:
-        training_args.seed = seed
-        training_args.output_dir = os.path.join(base_output, f"seed_{seed}") if len(seeds) > 1 else base_output
-        os.makedirs(training_args.output_dir, exist_ok=True)
-        logger.info(f"=== seed {seed}: output in {training_args.output_dir}")
-        results.append(train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokenized))
+        start_seed_run(training_args, base_output, seed, seeds, run_args, resuming, data_args.overwrite_output_dir)
+        result, card_data = train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokenized)
+        results.append(result)
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     training_args.output_dir = base_output
     table = write_results_table(results, spec, model_args, base_output) if training_args.do_eval else {}
-    if table.get("best_epoch"):
-        logger.info(f"{spec.name} {spec.main_metric} x100, best epoch: {format_summary(table['best_epoch'])}")
+    if table:
+        print_summary(table, results, spec)
+        if len(seeds) > 1:
+            save_seeds_card(base_output, card_data, table)
     return table
 
 

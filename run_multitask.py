@@ -39,7 +39,10 @@ from run_glue_multi import (
     expand_config_file,
     from_encoders_kwargs,
     metric_for_best_model_given,
-    setup_logging,
+    prepare_run_folders,
+    run_arguments,
+    setup_run,
+    start_seed_run,
     train_and_save,
 )
 
@@ -88,6 +91,10 @@ class MultiTaskArguments:
     )
     seeds: list[int] | None = field(
         default=None, metadata={"help": "Train once per seed and write a results table (median, mean, std)."}
+    )
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Start afresh in a non-empty --output_dir (its old checkpoints are deleted). "
+                                         "Without it a non-empty output folder is an error, unless resuming."}
     )
     early_stopping_patience: int | None = field(default=None, metadata={"help": "Evaluations without gain to stop."})
 
@@ -258,7 +265,11 @@ def write_results_table(results: list[dict], specs, task_args, model_args, outpu
 
 def main(argv: list[str] | None = None) -> dict:
     model_args, task_args, training_args = parse_args(argv)
-    setup_logging(training_args, logger)
+    setup_run(training_args, logger)
+    seeds = task_args.seeds or [training_args.seed]
+    base_output = training_args.output_dir
+    run_args = run_arguments(model_args, task_args, training_args)
+    resuming = prepare_run_folders(base_output, seeds, run_args, training_args, task_args.overwrite_output_dir)
     tokenizer = build_tokenizer(model_args)
     with training_args.main_process_first(desc="dataset map pre-processing"):
         data, specs = load_multitask_data(
@@ -272,14 +283,9 @@ def main(argv: list[str] | None = None) -> dict:
         )
     logger.info("Tasks: " + "; ".join(f"{name} = {spec.name} ({len(data['train'][name])} training examples)"
                                       for name, spec in specs.items()))
-    seeds = task_args.seeds or [training_args.seed]
-    base_output = training_args.output_dir
     results = []
     for seed in seeds:
-        training_args.seed = seed
-        training_args.output_dir = os.path.join(base_output, f"seed_{seed}") if len(seeds) > 1 else base_output
-        os.makedirs(training_args.output_dir, exist_ok=True)
-        logger.info(f"=== seed {seed}: output in {training_args.output_dir}")
+        start_seed_run(training_args, base_output, seed, seeds, run_args, resuming, task_args.overwrite_output_dir)
         results.append(train_one(model_args, task_args, training_args, data, specs, tokenizer))
         if torch.cuda.is_available():
             torch.cuda.empty_cache()

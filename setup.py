@@ -7,7 +7,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     packages=find_packages(include=["hf_multiencoder", "hf_multiencoder.*"]),
-    package_data={"hf_multiencoder": ["model_card_template.md"]},
+    package_data={"hf_multiencoder": ["model_card_template.md", "seeds_card_template.md"]},
     python_requires=">=3.10",
     install_requires=[
         "torch>=2.4",

@@ -7,9 +7,14 @@ relative modules.
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar
+from typing import Any
 
-from transformers import AutoConfig, PreTrainedConfig
+from transformers import AutoConfig
+
+try:  # transformers 5.x
+    from transformers import PreTrainedConfig
+except ImportError:  # transformers 4.x: the shipped files load there too
+    from transformers import PretrainedConfig as PreTrainedConfig
 
 from .fusion_multiencoder import FUSION_MAPPING
 
@@ -23,6 +28,11 @@ _DROPOUT_ATTRIBUTES = ("hidden_dropout_prob", "dropout", "hidden_dropout", "resi
 def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ValueError(f"Unknown {name} {value!r}; allowed values are: {', '.join(allowed)}.")
+
+
+def _check_dropout(name: str, value: Any) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1):
+        raise ValueError(f"`{name}` must be a probability in [0, 1), got {value!r}.")
 
 
 def _per_member(name: str, value: Any, n: int) -> list[Any]:
@@ -86,37 +96,74 @@ class MultiEncoderConfig(PreTrainedConfig):
             Token classification: a word's vector is its `"first"` subword or the `"mean"` of its subwords.
         classifier_dropout (`float`, *optional*):
             Dropout before the classifier; defaults to no extra dropout (``fusion_dropout`` already applies).
+        tokenizer_fingerprints (`list[str]`, *optional*):
+            A fingerprint of each member's tokenizer (vocabulary and special tokens), recorded the first time a
+            [`MultiEncoderTokenizer`] is checked against the model, so that a loaded model refuses another tokenizer.
+
+    The config is written the classic way (an explicit ``__init__``), so the shipped file works on transformers 4.x and
+    on every 5.x release alike.
     """
 
     model_type = "multiencoder"
     # Outputs the Trainer's prediction loop leaves out (it keeps logits, fusion weights and the word mask).
-    keys_to_ignore_at_inference: ClassVar[list[str]] = ["pooler_output", "member_embeddings"]
+    keys_to_ignore_at_inference = ["pooler_output", "member_embeddings"]
 
-    encoders: list[dict] | None = None
-    encoder_names: list[str] | None = None
-    fusion: str = "dme"
-    fusion_dim: int | None = None
-    fusion_gating: str = "softmax"
-    cdme_hidden_size: int = 64
-    fusion_dropout: float = 0.1
-    fusion_layer_norm: bool = False
-    pooling: str | list[str] = "mean"
-    encoder_dropout: float | list[float | None] | None = None
-    word_pooling: str = "first"
-    classifier_dropout: float | None = None
-    initializer_range: float = 0.02
-
-    def __post_init__(self, **kwargs):
+    def __init__(
+        self,
+        encoders: list | None = None,
+        encoder_names: list[str] | None = None,
+        fusion: str = "dme",
+        fusion_dim: int | None = None,
+        fusion_gating: str = "softmax",
+        cdme_hidden_size: int = 64,
+        fusion_dropout: float = 0.1,
+        fusion_layer_norm: bool = False,
+        pooling: str | list[str] = "mean",
+        encoder_dropout: float | list[float | None] | None = None,
+        word_pooling: str = "first",
+        classifier_dropout: float | None = None,
+        initializer_range: float = 0.02,
+        tokenizer_fingerprints: list[str] | None = None,
+        **kwargs,
+    ):
         # Plain JSON-safe dicts, so that a config in memory equals its saved and reloaded self.
         self.encoders = [json.loads(c.to_json_string(use_diff=False)) if isinstance(c, PreTrainedConfig) else dict(c)
-                         for c in (self.encoders or [])]
+                         for c in (encoders or [])]
+        self.encoder_names = encoder_names
+        self.fusion = fusion
+        self.fusion_dim = fusion_dim
+        self.fusion_gating = fusion_gating
+        self.cdme_hidden_size = cdme_hidden_size
+        self.fusion_dropout = fusion_dropout
+        self.fusion_layer_norm = fusion_layer_norm
+        self.pooling = pooling
+        self.encoder_dropout = encoder_dropout
+        self.word_pooling = word_pooling
+        self.classifier_dropout = classifier_dropout
+        self.initializer_range = initializer_range
+        self.tokenizer_fingerprints = tokenizer_fingerprints
+        self._validate()
+        super().__init__(**kwargs)
+
+    def _validate(self) -> None:
         n = len(self.encoders)
+        for i, member in enumerate(self.encoders):
+            if not member.get("model_type"):
+                raise ValueError(f"Member encoder {i}'s config has no `model_type`: give each member's full config "
+                                 f"(`AutoConfig.from_pretrained(...)`, or its `to_dict()`), not a bare dict.")
         _check_choice("fusion", self.fusion, tuple(FUSION_MAPPING))
         _check_choice("fusion_gating", self.fusion_gating, FUSION_GATINGS)
         _check_choice("word_pooling", self.word_pooling, WORD_POOLING_METHODS)
         for p in _per_member("pooling", self.pooling, n):
             _check_choice("pooling", p, POOLING_METHODS)
-        _per_member("encoder_dropout", self.encoder_dropout, n)
+        for p in _per_member("encoder_dropout", self.encoder_dropout, n):
+            _check_dropout("encoder_dropout", p)
+        _check_dropout("fusion_dropout", self.fusion_dropout)
+        _check_dropout("classifier_dropout", self.classifier_dropout)
+        for name in ("fusion_dim", "cdme_hidden_size"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+                raise ValueError(f"`{name}` must be a positive whole number, got {value!r}.")
         if self.encoder_names is None:
             self.encoder_names = [c.get("_name_or_path") or f"{c.get('model_type', 'encoder')}_{i}" for i, c in
                                   enumerate(self.encoders)]
@@ -125,7 +172,9 @@ class MultiEncoderConfig(PreTrainedConfig):
             raise ValueError(f"`encoder_names` has {len(self.encoder_names)} names for {n} member encoders.")
         if len(set(self.encoder_names)) != n:
             raise ValueError(f"`encoder_names` must be unique, got {self.encoder_names}.")
-        super().__post_init__(**kwargs)
+        if self.tokenizer_fingerprints is not None and len(self.tokenizer_fingerprints) != n:
+            raise ValueError(f"`tokenizer_fingerprints` has {len(self.tokenizer_fingerprints)} entries for {n} "
+                             f"member encoders.")
 
     # ---- members ---------------------------------------------------------------------------------------------
     @classmethod

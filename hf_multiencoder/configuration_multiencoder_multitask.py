@@ -82,11 +82,9 @@ class MultiEncoderMultiTaskConfig(MultiEncoderConfig):
 
     model_type = "multiencoder_multitask"
 
-    tasks: dict[str, dict] | None = None
-
-    def __post_init__(self, **kwargs):
-        self.tasks = normalize_tasks(self.tasks)
-        super().__post_init__(**kwargs)
+    def __init__(self, tasks: dict[str, dict] | None = None, **kwargs):
+        self.tasks = normalize_tasks(tasks)
+        super().__init__(**kwargs)
 
     @property
     def task_names(self) -> list[str]:

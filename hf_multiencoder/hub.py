@@ -19,6 +19,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import torch
 from huggingface_hub import CommitInfo, HfApi
 from transformers import Trainer
 
@@ -55,11 +56,15 @@ def pin_model_card_revision(folder: str | os.PathLike, card_data: MultiEncoderMo
 
 
 class MultiEncoderTrainer(Trainer):
-    """A `Trainer` whose model card is the multi-encoder's.
+    """A `Trainer` whose model card is the multi-encoder's, and that stops on a non-finite loss.
 
     Adds a [`ModelCardCallback`] (unless one is given in `callbacks`) and overrides `create_model_card`, which
     `push_to_hub` calls, so the card lists the members with their learning rates and mean fusion weights, the
     evaluation results (`model-index`) and a `trust_remote_code` snippet pinned to the pushed revision.
+
+    A NaN or infinite training loss raises a `FloatingPointError` at once (the stock Trainer filters such losses out
+    of its logs and trains on, ending with NaN weights and exit code 0). With a `MultiEncoderTokenizer` as
+    `processing_class`, the tokenizer is checked against the model (`check_model`).
 
     Args:
         model_card_data ([`MultiEncoderModelCardData`], *optional*): what only you know (dataset, language,
@@ -77,6 +82,18 @@ class MultiEncoderTrainer(Trainer):
             card_callback.card_data = model_card_data
         super().__init__(*args, callbacks=callbacks, **kwargs)
         self.model_card_callback = card_callback
+        if hasattr(self.processing_class, "check_model") and self.model is not None:
+            self.processing_class.check_model(self.model)
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if not torch.isfinite(loss).all():  # one scalar check a step (the stock loop makes the same for its logs)
+            raise FloatingPointError(
+                f"The training loss is {loss.item()} at step {self.state.global_step + 1}: training stopped, nothing "
+                f"more is saved. Check the labels for NaN or infinite values, and lower the learning rate (or use "
+                f"bf16 instead of fp16)."
+            )
+        return loss
 
     @property
     def model_card_data(self) -> MultiEncoderModelCardData:

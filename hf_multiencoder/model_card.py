@@ -206,6 +206,9 @@ class MultiEncoderModelCardData(CardData):
     fusion_examples: list[dict[str, Any]] = field(default_factory=list, init=False)
     eval_lines_list: list[dict[str, Any]] = field(default_factory=list, init=False)
     train_samples: int | None = field(default=None, init=False)
+    train_samples_limit: int | None = field(default=None, init=False)
+    eval_samples_limit: int | None = field(default=None, init=False)
+    example_inputs: list[Any] = field(default_factory=list, init=False)
     library_name: str = field(default="transformers", init=False)
     version: dict[str, str] = field(default_factory=_versions, init=False)
 
@@ -318,6 +321,14 @@ class MultiEncoderModelCardData(CardData):
         if not isinstance(weights, dict):
             weights = {m["name"]: float(w) for m, w in zip(self.members, weights, strict=True)}
         self.fusion_weights_dict[split or self.eval_split] = {k: float(v) for k, v in weights.items()}
+
+    def set_data_limits(self, train: int | None = None, eval: int | None = None) -> None:
+        """Record `max_train_samples` / `max_eval_samples`: the card then says the run used part of the data."""
+        self.train_samples_limit, self.eval_samples_limit = train, eval
+
+    def set_example_inputs(self, examples: list[Any]) -> None:
+        """Inputs from the task's own data for the usage snippet: strings, `(sentence, pair)` tuples, or word lists."""
+        self.example_inputs = [list(e) if isinstance(e, tuple) else e for e in examples]
 
     def set_fusion_examples(self, examples: list[dict[str, Any]]) -> None:
         """Example inputs with their prediction and per-member weights (`run_glue_multi.py`'s fusion report:
@@ -464,9 +475,20 @@ class MultiEncoderModelCardData(CardData):
         data["metrics_table"] = self._metrics_table() if self.eval_results_dict else ""
         data["fusion_examples_table"] = self._fusion_examples_table() if self.fusion_examples else ""
         data["eval_lines"] = make_markdown_table(self.eval_lines_list)
-        example = next((e.get("sentence") for e in self.fusion_examples if e.get("sentence")), None)
-        data["predict_example"] = example or ("John Smith lives in New York ." if self.pipeline_tag ==
-                                              "token-classification" else "The more you read, the more you know.")
+        example = self.example_inputs[0] if self.example_inputs else next(
+            (e.get("sentence") for e in self.fusion_examples if e.get("sentence")), None)
+        if example is None:
+            example = "John Smith lives in New York ." if self.pipeline_tag == "token-classification" else \
+                "The more you read, the more you know."
+        if isinstance(example, list) and self.pipeline_tag == "token-classification":
+            example = " ".join(example)
+        data["predict_example"], data["predict_pair"] = (example if isinstance(example, str) else example[0],
+                                                         None if isinstance(example, str) else example[1])
+        data["data_limits"] = [text for text in (
+            f"Evaluated on the first {self.eval_samples_limit} examples of each evaluated split (`max_eval_samples`), "
+            f"not on the whole split" if self.eval_samples_limit else None,
+            f"trained on the first {self.train_samples_limit} training examples (`max_train_samples`)"
+            if self.train_samples_limit else None) if text]
         if self.eval_results_dict:
             data["metrics"] = list(self.eval_results_dict[self.main_split])
             data["model-index"] = eval_results_to_model_index(data["model_name"], self.get_eval_results())
@@ -486,6 +508,30 @@ def generate_model_card(card_data: MultiEncoderModelCardData, fusion_weights_plo
                                    fusion_weights_plot=fusion_weights_plot,
                                    hf_emoji="🤗")
     return card.content
+
+
+SEEDS_CARD_TEMPLATE = Path(__file__).with_name("seeds_card_template.md").read_text(encoding="utf-8").replace(
+    "\\\n", "")
+
+
+def save_seeds_card(save_directory: str | os.PathLike, card_data: MultiEncoderModelCardData, table: dict) -> str:
+    """A `README.md` for a folder of runs that differ only by seed (`run_glue_multi.py --seeds`): the seeds' scores
+    and their summary (`results.summarize`), with the YAML header of the runs' own cards (no `model-index`: the
+    folder holds several models). ``table`` is `run_glue_multi.py`'s `results.json`. Returns the path."""
+    from .results import format_summary
+
+    data = card_data.to_dict()
+    header = {k: data[k] for k in YAML_FIELDS if data.get(k) is not None and k != "model-index"}
+    content = ModelCard.from_template(
+        CardData(**header), template_str=SEEDS_CARD_TEMPLATE, model_name=data["model_name"],
+        seeds=[r["seed"] for r in table["runs"]], runs=table["runs"], metric=table["metric"],
+        split=card_data.main_split, best=format_summary(table["best_epoch"]), final=format_summary(table["final_epoch"]),
+        fusion_weights=table.get("mean_fusion_weights"), data_limits=data["data_limits"],
+    ).content
+    path = os.path.join(save_directory, README_NAME)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(content)
+    return path
 
 
 def save_model_card(save_directory: str | os.PathLike, card_data: MultiEncoderModelCardData, model=None,
@@ -694,4 +740,5 @@ __all__ = [
     "member_learning_rates",
     "plot_fusion_weights",
     "save_model_card",
+    "save_seeds_card",
 ]

@@ -11,19 +11,27 @@ Shipped next to the weights (``trust_remote_code``): imports only ``torch``, ``t
 from __future__ import annotations
 
 import inspect
+import re
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
 from transformers import AutoConfig, AutoModel, PreTrainedModel
-from transformers import initialization as init
-from transformers.utils import ModelOutput
+from transformers.utils import ModelOutput, logging
+
+try:  # transformers 5.x: initialisers that skip weights already loaded
+    from transformers import initialization as init
+except ImportError:  # transformers 4.x: the shipped files load there too
+    from torch.nn import init
 
 from .configuration_multiencoder import MultiEncoderConfig, set_member_dropout
 from .fusion_multiencoder import build_fusion
 
 _INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids", "word_ids")
+# Members' poolers are kept (an exported member loads clean) but unused; checkpoints of earlier versions lack them.
+_MEMBER_POOLER = re.compile(r"(^|\.)encoders\.\d+\.pooler\.")
+logger = logging.get_logger(__name__)
 
 
 # ---- outputs ---------------------------------------------------------------------------------------------------
@@ -140,6 +148,15 @@ def pool_words(method: str, states: torch.Tensor, word_ids: torch.Tensor, num_wo
         padded = torch.cat([states, states.new_zeros(batch, 1, dim)], dim=1)  # index `seq` reads zeros
         words = padded.gather(1, first.unsqueeze(-1).expand(-1, -1, dim))
     return words, present
+
+
+def _max_positions(member) -> int:
+    """How many tokens a member takes: its position embeddings, less the offset of RoBERTa-style positions (which
+    start after the padding index)."""
+    limit = getattr(member.config, "max_position_embeddings", None) or 10**9
+    embeddings = getattr(member, "embeddings", None)
+    padding_idx = getattr(embeddings, "padding_idx", None)
+    return limit - (padding_idx + 1) if isinstance(padding_idx, int) else limit
 
 
 def _is_example_major(value) -> bool:
@@ -269,6 +286,33 @@ class MultiEncoderPreTrainedModel(PreTrainedModel):
             init.ones_(module.weight)
             init.zeros_(module.bias)
 
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, expected_differences: tuple[str, ...] = (),
+                        **kwargs):
+        """`PreTrainedModel.from_pretrained`, strict about what the checkpoint and the model disagree on: a weight the
+        model has and the checkpoint lacks (it would be random), or one the checkpoint has and the model does not (a
+        config edited after saving, e.g. `fusion` changed from dme to mean, or another head) is an error. New fusion
+        layers and heads are built with `from_encoders` only. Members' unused pooler weights may be absent, and so
+        may the weights under `expected_differences` (name prefixes: the multi-task model's heads of tasks added or
+        dropped on purpose)."""
+        output_loading_info = kwargs.pop("output_loading_info", False)
+        model, info = super().from_pretrained(pretrained_model_name_or_path, *model_args, output_loading_info=True,
+                                              **kwargs)
+        expected = tuple(expected_differences)
+        problems = {kind: sorted(k for k in info.get(f"{kind}_keys", ())
+                                 if not _MEMBER_POOLER.search(k) and not k.startswith(expected))
+                    for kind in ("missing", "unexpected")}
+        if problems["missing"] or problems["unexpected"]:
+            raise ValueError(
+                f"{pretrained_model_name_or_path} does not match {cls.__name__} built from its config: "
+                + "; ".join(f"{kind} weights {keys[:6]}{' ...' if len(keys) > 6 else ''}"
+                            for kind, keys in problems.items() if keys)
+                + ". Was config.json edited after saving (fusion, pooling, members), or is this another head? Load "
+                  "it with the class it was saved as; build new fusion layers or heads with from_encoders."
+            )
+        model.base_model.freeze_member_poolers()
+        return (model, info) if output_loading_info else model
+
     def estimate_tokens(self, input_dict) -> int:
         """Tokens in a batch, summed over members (``input_ids`` is a list here)."""
         ids = input_dict.get("input_ids")
@@ -340,12 +384,13 @@ class MultiEncoderModel(MultiEncoderPreTrainedModel):
         self.encoders = nn.ModuleList()
         for i in range(config.num_encoders):
             member = encoders[i] if encoders is not None else AutoModel.from_config(config.get_encoder_config(i))
-            if isinstance(getattr(member, "pooler", None), nn.Module):
-                member.pooler = None  # unused (we pool ourselves): keeps every parameter trained and DDP happy
             self.encoders.append(member)
+        self.freeze_member_poolers()
         self._takes_token_type_ids = [
             "token_type_ids" in inspect.signature(m.forward).parameters for m in self.encoders
         ]
+        self.max_positions = [_max_positions(m) for m in self.encoders]
+        self._inputs_checked = False
         self._needs_hidden_states = [p.startswith("last4") for p in config.encoder_poolings] if not word_level else [
             False] * config.num_encoders
         self.fusion, self.fusion_norm = self.build_fusion_layers(word_level)
@@ -373,6 +418,56 @@ class MultiEncoderModel(MultiEncoderPreTrainedModel):
     @property
     def output_size(self) -> int:
         return self.fusion.output_size
+
+    def member_max_lengths(self, max_length: int | None = None) -> list[int]:
+        """Per member, ``max_length`` (default 512) capped at what the member takes."""
+        return [min(max_length or 512, limit) for limit in self.max_positions]
+
+    def freeze_member_poolers(self) -> None:
+        """Members' poolers are unused (members are pooled per ``config.pooling``): kept, so that an exported member
+        loads without new weights, and frozen, so that every trainable parameter trains (DDP without
+        ``find_unused_parameters``)."""
+        for member in self.encoders:
+            pooler = getattr(member, "pooler", None)
+            if isinstance(pooler, nn.Module):
+                pooler.requires_grad_(False)
+
+    def _infer_attention_mask(self, i: int, ids: torch.Tensor) -> torch.Tensor:
+        """A member's mask from its pad token id when none was given (transformers' members would attend to the
+        padding, and pooling would average it in)."""
+        pad = self.config.encoders[i].get("pad_token_id")
+        if pad is None:
+            return torch.ones_like(ids)
+        mask = (ids != pad).long()
+        if not torch.compiler.is_compiling() and not bool(mask.all()):
+            logger.warning_once("No `attention_mask` was given with padded `input_ids`: each member's mask is "
+                                "inferred from its pad token id. Pass the tokenizer's `attention_mask`.")
+        return mask
+
+    def _check_inputs(self, input_ids, attention_mask, token_type_ids) -> None:
+        """Shapes and lengths on every call (no synchronisation); token ids within each member's vocabulary on every
+        CPU call and the first accelerator call (a tensor comparison synchronises the device)."""
+        names = self.config.encoder_names
+        for i, ids in enumerate(input_ids):
+            if ids is None:
+                continue
+            for key, other in (("attention_mask", attention_mask[i]), ("token_type_ids", token_type_ids[i])):
+                if other is not None and other.shape != ids.shape:
+                    raise ValueError(f"Member {i} ({names[i]}): `{key}` has shape {tuple(other.shape)} but "
+                                     f"`input_ids` {tuple(ids.shape)}: were the members' inputs given in another "
+                                     f"order?")
+            if ids.dim() == 2 and ids.size(1) > self.max_positions[i]:
+                raise ValueError(f"Member {i} ({names[i]}) takes at most {self.max_positions[i]} tokens, got "
+                                 f"{ids.size(1)}: tokenize with truncation=True and max_length <= "
+                                 f"{self.max_positions[i]} for it.")
+            if torch.compiler.is_compiling() or (self._inputs_checked and ids.device.type != "cpu"):
+                continue
+            vocab = self.config.encoders[i].get("vocab_size")
+            if vocab is not None and ids.numel() and int(ids.max()) >= vocab:
+                raise ValueError(f"Member {i} ({names[i]}) got token id {int(ids.max())} but its vocabulary has "
+                                 f"{vocab} tokens: the members' inputs are in another order than the model's "
+                                 f"{names}, or come from a tokenizer built for other members.")
+        self._inputs_checked = True
 
     def encode_member(self, i, input_ids, attention_mask, token_type_ids=None):
         """Run member ``i``; returns its last hidden state and (if its pooling needs them) all hidden states."""
@@ -415,8 +510,9 @@ class MultiEncoderModel(MultiEncoderPreTrainedModel):
         for i, ids in enumerate(input_ids):
             if ids is None and (encoder_features is None or encoder_features[i] is None):
                 raise ValueError(f"`input_ids` has no tensor for member {i} ({self.config.encoder_names[i]}).")
-        attention_mask = [torch.ones_like(ids) if m is None and ids is not None else m
-                          for ids, m in zip(input_ids, attention_mask)]
+        attention_mask = [self._infer_attention_mask(i, ids) if m is None and ids is not None else m
+                          for i, (ids, m) in enumerate(zip(input_ids, attention_mask))]
+        self._check_inputs(input_ids, attention_mask, token_type_ids)
         word_level = word_ids is not None
         fusion, fusion_norm = self.fusion_layers(word_level)
         if word_level:
@@ -505,12 +601,13 @@ class MultiEncoderForSequenceClassification(MultiEncoderPreTrainedModel):
         )
 
     def predict_with_fusion_weights(self, tokenizer, sentences, text_pairs=None, batch_size: int = 32,
-                                    max_length: int = 128) -> dict:
+                                    max_length: int | None = None) -> dict:
         """Predict a list of sentences and report each one's per-member fusion weights.
 
         Returns ``{"Sentences": [...], "Predictions": [label, ...], "DME scores": [{member: weight}, ...]}``
         (``"DME scores"`` holds ``None`` per sentence for fusions without weights), the shape of the original
-        project's ``predict_tags``. Regression models predict the score.
+        project's ``predict_tags``. Regression models predict the score. Inputs are truncated to ``max_length``
+        tokens per member (default 512), never beyond a member's own limit.
         """
         regression = self.config.problem_type == "regression" or self.num_labels == 1
         return predict_sentences(self, tokenizer, sentences, text_pairs, batch_size=batch_size, max_length=max_length,
@@ -557,7 +654,7 @@ class MultiEncoderForTokenClassification(MultiEncoderPreTrainedModel):
             loss=loss, logits=logits, fusion_weights=out.fusion_weights, word_mask=out.word_mask
         )
 
-    def predict_tags(self, tokenizer, sentences, batch_size: int = 32, max_length: int = 128) -> list[dict]:
+    def predict_tags(self, tokenizer, sentences, batch_size: int = 32, max_length: int | None = None) -> list[dict]:
         """Tag sentences: a string, a list of strings (each split on whitespace) or a list of word lists.
 
         Returns, per sentence, ``{"words", "tags", "entities": [{"type", "start", "end", "text"}],
@@ -570,11 +667,12 @@ class MultiEncoderForTokenClassification(MultiEncoderPreTrainedModel):
 
 # ---- prediction loops (shared by the task heads and the multi-task model) ------------------------------------------
 @torch.no_grad()
-def predict_sentences(model, tokenizer, sentences, text_pairs=None, batch_size: int = 32, max_length: int = 128, *,
-                      id2label: dict | None, **forward_kwargs) -> dict:
+def predict_sentences(model, tokenizer, sentences, text_pairs=None, batch_size: int = 32,
+                      max_length: int | None = None, *, id2label: dict | None, **forward_kwargs) -> dict:
     """`predict_with_fusion_weights` of any model whose output has sentence `logits` and `fusion_weights`:
     `id2label` names the classes (None: regression, the score is predicted); `forward_kwargs` go to every call
-    (the multi-task model's `task=`)."""
+    (the multi-task model's `task=`). Inputs are truncated to `max_length` tokens per member (default 512), never
+    beyond a member's own limit."""
     if isinstance(sentences, str):
         sentences = [sentences]
     tokenizer.check_model(model)
@@ -583,7 +681,8 @@ def predict_sentences(model, tokenizer, sentences, text_pairs=None, batch_size: 
     for start in range(0, len(sentences), batch_size):
         chunk = sentences[start:start + batch_size]
         pairs = None if text_pairs is None else text_pairs[start:start + batch_size]
-        batch = tokenizer(chunk, text_pair=pairs, padding=True, truncation=True, max_length=max_length,
+        batch = tokenizer(chunk, text_pair=pairs, padding=True, truncation=True,
+                          max_length=model.base_model.member_max_lengths(max_length),
                           return_tensors="pt").to(model.device)
         out = model(**batch, **forward_kwargs)
         if id2label is None:
@@ -598,8 +697,8 @@ def predict_sentences(model, tokenizer, sentences, text_pairs=None, batch_size: 
 
 
 @torch.no_grad()
-def predict_words(model, tokenizer, sentences, batch_size: int = 32, max_length: int = 128, *, id2label: dict,
-                  **forward_kwargs) -> list[dict]:
+def predict_words(model, tokenizer, sentences, batch_size: int = 32, max_length: int | None = None, *,
+                  id2label: dict, **forward_kwargs) -> list[dict]:
     """`predict_tags` of any model whose output has word `logits`, `word_mask` and `fusion_weights`;
     `forward_kwargs` go to every call (the multi-task model's `task=`)."""
     if isinstance(sentences, str):
@@ -610,7 +709,8 @@ def predict_words(model, tokenizer, sentences, batch_size: int = 32, max_length:
     results = []
     for start in range(0, len(words_list), batch_size):
         chunk = words_list[start:start + batch_size]
-        batch = tokenizer(chunk, is_split_into_words=True, truncation=True, max_length=max_length,
+        batch = tokenizer(chunk, is_split_into_words=True, truncation=True,
+                          max_length=model.base_model.member_max_lengths(max_length),
                           return_tensors="pt").to(model.device)
         out = model(**batch, **forward_kwargs)
         lengths = [len(words) for words in chunk]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 from transformers import PreTrainedConfig
+from transformers.utils import logging
 
 from .configuration_multiencoder_multitask import MultiEncoderMultiTaskConfig, check_task_labels, normalize_tasks
 from .modeling_multiencoder import (
@@ -26,7 +27,38 @@ from .modeling_multiencoder import (
     word_loss,
 )
 
+logger = logging.get_logger(__name__)
+
 _HUB_KWARGS = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder", "proxies")
+
+
+def task_changes(saved: dict, requested: dict) -> tuple[str, ...]:
+    """The weight-name prefixes a model with the `requested` tasks may lack or not use when it loads weights saved
+    with the `saved` tasks: the heads of new and dropped tasks, and the word-level fusion when token tasks come or
+    go next to sentence tasks. Raises a `ValueError` for a task whose labels or type differ from its saved head, and
+    for sentence tasks added to or all dropped from a model with token tasks (its first fusion would change level)."""
+    check_task_labels(saved, requested)
+    saved, requested = normalize_tasks(saved), normalize_tasks(requested)
+    if not saved:
+        return ()
+
+    def levels(tasks):
+        return any(t["type"] != "token" for t in tasks.values()), any(t["type"] == "token" for t in tasks.values())
+
+    (had_sentences, had_tokens), (has_sentences, has_tokens) = levels(saved), levels(requested)
+    if had_sentences != has_sentences and (had_tokens or has_tokens):
+        raise ValueError(f"The saved model's tasks ({', '.join(saved)}) and the requested ones "
+                         f"({', '.join(requested)}) fuse at another first level: sentence tasks cannot be added to, "
+                         f"or all dropped from, a model with token tasks. Build that model with from_encoders.")
+    added = [t for t in requested if t not in saved]
+    dropped = [t for t in saved if t not in requested]
+    if added or dropped:
+        logger.warning(f"Tasks changed from the saved model: new heads for {added or 'none'}, heads dropped for "
+                       f"{dropped or 'none'}.")
+    prefixes = [f"heads.{t}." for t in added + dropped]
+    if has_sentences and had_tokens != has_tokens:
+        prefixes.append("multiencoder.word_fusion")
+    return tuple(prefixes)
 
 
 class MultiEncoderMultiTaskModel(MultiEncoderModel):
@@ -85,15 +117,20 @@ class MultiEncoderForMultiTask(MultiEncoderPreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
-        """`PreTrainedModel.from_pretrained`, refusing a `tasks=` (or `config=`) whose task labels differ from the
-        heads saved for those tasks. New tasks get new heads; tasks left out drop theirs (both logged)."""
+        """The strict `MultiEncoderPreTrainedModel.from_pretrained`, with the tasks of a `tasks=` (or `config=`) that
+        differ from the saved ones: a task whose labels or type differ from its saved head is refused; a new task
+        gets a new head, a task left out drops its head (both logged). A new word-level task on a model saved
+        without one gets a new word-level fusion; a sentence task on a model saved with token tasks only is refused
+        (build it with `from_encoders`)."""
         config = kwargs.get("config")
         requested = config.tasks if isinstance(config, PreTrainedConfig) else kwargs.get("tasks")
+        expected = ()
         if requested is not None and pretrained_model_name_or_path is not None:
             hub_kwargs = {k: kwargs[k] for k in _HUB_KWARGS if kwargs.get(k) is not None}
             saved, _ = cls.config_class.get_config_dict(pretrained_model_name_or_path, **hub_kwargs)
-            check_task_labels(saved.get("tasks") or {}, requested)
-        return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+            expected = task_changes(saved.get("tasks") or {}, requested)
+        return super().from_pretrained(pretrained_model_name_or_path, *model_args, expected_differences=expected,
+                                       **kwargs)
 
     def resolve_task(self, task) -> str:
         """The task of a batch: a name, or the list of names a collator gathered (all equal). Raises a `ValueError`
@@ -178,4 +215,4 @@ class MultiEncoderForMultiTask(MultiEncoderPreTrainedModel):
         return result
 
 
-__all__ = ["MultiEncoderForMultiTask", "MultiEncoderMultiTaskModel"]
+__all__ = ["MultiEncoderForMultiTask", "MultiEncoderMultiTaskModel", "task_changes"]

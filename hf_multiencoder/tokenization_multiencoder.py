@@ -13,12 +13,18 @@ Shipped next to the weights (``trust_remote_code``): imports only ``torch``, ``t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from typing import Any
 
 import torch
-from transformers import AutoTokenizer, BatchEncoding, PreTrainedConfig
+from transformers import AutoTokenizer, BatchEncoding
+
+try:  # transformers 5.x
+    from transformers import PreTrainedConfig
+except ImportError:  # transformers 4.x: the shipped files load there too
+    from transformers import PretrainedConfig as PreTrainedConfig
 from transformers.dynamic_module_utils import custom_object_save
 from transformers.utils import PushToHubMixin, cached_file
 
@@ -115,6 +121,13 @@ class MultiEncoderTokenizer(PushToHubMixin):
             raise ValueError(f"{pretrained_model_name_or_path} holds no MultiEncoderTokenizer (no `member_tokenizers` "
                              f"in its {TOKENIZER_CONFIG_FILE}).")
         parent = hub_kwargs.pop("subfolder", None)
+        for i, sub in enumerate(tok_config["member_tokenizers"]):
+            folder = os.path.join(str(pretrained_model_name_or_path), parent or "", sub)
+            local = os.path.isdir(str(pretrained_model_name_or_path))
+            if local and not os.path.isfile(os.path.join(folder, TOKENIZER_CONFIG_FILE)):
+                raise OSError(f"{pretrained_model_name_or_path}: member {i}'s tokenizer folder {sub}/ is missing or "
+                              f"incomplete (no {TOKENIZER_CONFIG_FILE}); save the MultiEncoderTokenizer again, or copy "
+                              f"the whole folder.")
         # A blank config: AutoTokenizer would otherwise look for the member's `config.json` in its sub-folder (there
         # is none; the members' configs live in the model's config), which fails offline from the Hub cache. Each
         # member's own `tokenizer_config.json` names its tokenizer class.
@@ -183,11 +196,23 @@ class MultiEncoderTokenizer(PushToHubMixin):
         members = ", ".join(f"{n}: {type(t).__name__}" for n, t in zip(self.encoder_names, self.tokenizers))
         return f"{type(self).__name__}({members})"
 
+    def member_fingerprints(self) -> list[str]:
+        """A short hash of each member tokenizer's vocabulary and special tokens: two tokenizers with the same
+        fingerprint tokenize alike."""
+        prints = []
+        for tok in self.tokenizers:
+            content = {"vocab": sorted(tok.get_vocab().items()), "special": tok.all_special_tokens,
+                       "class": type(tok).__name__.removesuffix("Fast")}
+            prints.append(hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16])
+        return prints
+
     def check_model(self, model) -> None:
         """Raise a ``ValueError`` if this tokenizer was built for other members than ``model``'s.
 
-        Members must match in number and display name (pass the same ``encoder_names`` to both), and no member
-        tokenizer may produce ids outside its member's vocabulary.
+        Members must match in number and display name (pass the same ``encoder_names`` to both); no member tokenizer
+        may produce ids outside its member's vocabulary or pad with another id than its member's config; and each
+        member tokenizer must be the one the model was first checked with: the first check records the tokenizers'
+        fingerprints in ``model.config.tokenizer_fingerprints`` (saved with the model), later checks compare.
         """
         names = list(model.config.encoder_names)
         if len(names) != self.num_encoders:
@@ -197,12 +222,27 @@ class MultiEncoderTokenizer(PushToHubMixin):
             raise ValueError(f"The tokenizer was built for members {self.encoder_names} but the model's members are "
                              f"{names}: use the tokenizer saved with the model, or the same `encoder_names` in the "
                              f"same order.")
-        for i, (tok, cfg_vocab) in enumerate(zip(self.tokenizers, model.config.encoders)):
-            vocab = cfg_vocab.get("vocab_size")
+        for i, (tok, member) in enumerate(zip(self.tokenizers, model.config.encoders)):
+            vocab = member.get("vocab_size")
             if vocab is not None and len(tok) > vocab:
                 raise ValueError(f"Member {i}: tokenizer {self.encoder_names[i]!r} has {len(tok)} tokens but member "
                                  f"{names[i]!r} has a vocabulary of {vocab}: the tokenizer was built for another "
                                  f"model.")
+            pad = member.get("pad_token_id")
+            if pad is not None and tok.pad_token_id is not None and pad != tok.pad_token_id:
+                raise ValueError(f"Member {i} ({names[i]!r}): the tokenizer pads with id {tok.pad_token_id} but the "
+                                 f"member's config with {pad}: the tokenizer was built for another model.")
+        fingerprints = self.member_fingerprints()
+        recorded = getattr(model.config, "tokenizer_fingerprints", None)
+        if recorded is None:
+            model.config.tokenizer_fingerprints = fingerprints
+        else:
+            changed = [i for i, (a, b) in enumerate(zip(recorded, fingerprints)) if a != b]
+            if changed:
+                raise ValueError(
+                    f"The tokenizer of member(s) {[names[i] for i in changed]} is not the one this model was trained "
+                    f"with (its vocabulary or special tokens differ; was a tokenizer_<i>/ folder replaced?). Use the "
+                    f"tokenizer saved with the model.")
 
     # ---- encoding ---------------------------------------------------------------------------------------------
     def __call__(
@@ -228,8 +268,13 @@ class MultiEncoderTokenizer(PushToHubMixin):
         single = isinstance(text, str) or (is_split_into_words and text and isinstance(text[0], str))
         texts = [text] if single else list(text)
         pairs = None if text_pair is None else ([text_pair] if single else list(text_pair))
+        if not texts:
+            raise ValueError("No texts to encode: the batch is empty.")
         if pairs is not None and len(pairs) != len(texts):
             raise ValueError(f"{len(texts)} texts but {len(pairs)} text pairs.")
+        _check_texts("text", texts, is_split_into_words)
+        if pairs is not None:
+            _check_texts("text_pair", pairs, is_split_into_words)
         max_lengths = max_length if isinstance(max_length, (list, tuple)) else [max_length] * self.num_encoders
         if len(max_lengths) != self.num_encoders:
             raise ValueError(f"`max_length` has {len(max_lengths)} values for {self.num_encoders} member encoders.")
@@ -247,6 +292,11 @@ class MultiEncoderTokenizer(PushToHubMixin):
         for i, tok in enumerate(self.tokenizers):
             enc = tok(texts, text_pair=pairs, is_split_into_words=is_split_into_words, padding=False,
                       truncation=truncation, max_length=max_lengths[i], **kwargs)
+            limit = tok.model_max_length if tok.model_max_length < 10**6 else None
+            longest = max(len(ids) for ids in enc["input_ids"])
+            if not truncation and limit is not None and longest > limit:
+                raise ValueError(f"A text is {longest} tokens long for member {i} ({self.encoder_names[i]}), which "
+                                 f"takes at most {limit}: pass truncation=True (with max_length <= {limit}).")
             for b, ex in enumerate(examples):
                 ids = enc["input_ids"][b]
                 ex["input_ids"].append(ids)
@@ -323,6 +373,15 @@ class MultiEncoderTokenizer(PushToHubMixin):
             if key not in known:
                 out[key] = [f[key] for f in features]
         return MultiEncoderBatch(out)
+
+
+def _check_texts(name: str, texts: list, words: bool) -> None:
+    """Every text a string (a list of strings with ``is_split_into_words``); the error names the first bad index."""
+    for i, t in enumerate(texts):
+        ok = isinstance(t, (list, tuple)) and all(isinstance(w, str) for w in t) if words else isinstance(t, str)
+        if not ok:
+            want = "a list of words (strings)" if words else "a string"
+            raise ValueError(f"`{name}[{i}]` is {t!r} ({type(t).__name__}); every text must be {want}.")
 
 
 __all__ = ["MemberTensors", "MultiEncoderTokenizer", "MultiEncoderBatch", "pad_rows"]

@@ -37,7 +37,8 @@ def job_command(task, model, seed, args, out_dir):
     suffix, extra, kind = MODELS[model]
     cmd = [sys.executable, os.path.join(REPO, "run_glue_multi.py"), os.path.join(REPO, "configs", "glue",
                                                                                    f"{task}{suffix}.yaml"),
-           *extra, "--seed", str(seed), "--output_dir", out_dir, "--save_strategy", "no",
+           *extra, "--seed", str(seed), "--output_dir", out_dir, "--overwrite_output_dir", "true",
+           "--save_strategy", "no",
            "--load_best_model_at_end", "false", "--disable_tqdm", "true", "--logging_steps", "100"]
     if args.bf16:
         cmd += ["--bf16", "true"]

@@ -542,4 +542,5 @@ def test_run_glue_multi_push_to_hub(hub, run, tmp_path):
     assert {(r.metric_type, r.metric_value) for r in card.data.eval_results} == {
         ("accuracy", produced["eval_accuracy"])}
     assert card.data.base_model == MEMBERS[:2] and f'revision = "{main.oid}"' in card.text
-    assert "He can will go" in card.text  # the fusion weights of the example sentences
+    assert f"| {POS[0]} |" in card.text  # the fusion weights of example sentences from the run's own data
+    assert f'predict_with_fusion_weights(tokenizer, ["{POS[0]}"])' in card.text  # and the usage snippet

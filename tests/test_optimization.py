@@ -28,7 +28,10 @@ def test_every_trainable_parameter_in_exactly_one_group_fusion_included(model):
     opt = create_multiencoder_optimizer(model, encoder_learning_rates=[1e-5, 2e-5, 3e-5], head_learning_rate=1e-3)
     ids = [id(p) for g in opt.param_groups for p in g["params"]]
     assert len(ids) == len(set(ids))
-    assert set(ids) == {id(p) for p in model.parameters()}
+    assert set(ids) == {id(p) for p in model.parameters() if p.requires_grad}
+    # the only parameters out of every group: the members' unused (frozen) poolers
+    assert {n for n, p in model.named_parameters() if not p.requires_grad} == {
+        n for n, _ in model.named_parameters() if ".pooler." in n}
     head = [n for g in opt.param_groups if g["name"].startswith("head") for n in param_names(model, g)]
     fusion = [n for n, _ in model.named_parameters() if n.startswith("multiencoder.fusion")]
     assert fusion and set(fusion) <= set(head), "DME/CDME layers must be trained at the head rate"
@@ -79,7 +82,7 @@ def test_layerwise_lr_decay(model):
     assert names and all(".transformer.layer.1." in n for n in names)
     assert groups["head.decay"]["lr"] == 1e-3
     ids = [id(p) for g in opt.param_groups for p in g["params"]]
-    assert sorted(ids) == sorted(id(p) for p in model.parameters())
+    assert sorted(ids) == sorted(id(p) for p in model.parameters() if p.requires_grad)  # all but the poolers
 
 
 def test_frozen_members_are_in_no_group(model):

@@ -108,7 +108,12 @@ def test_cola_end_to_end_with_seeds(tiny_paths, tmp_path, shared_data):
     assert abs(results["eval_fusion_weight_bert"] + results["eval_fusion_weight_roberta"] - 1) < 1e-4
     report = json.load(open(run / "fusion_weights.json"))
     assert set(report["mean_fusion_weights"]) == {"bert", "roberta"}
-    assert report["examples"][0]["sentence"] == "He can will go"
+    # examples from the task's own data (CoLA's first dev sentence), not a fixed list
+    assert report["examples"][0]["sentence"] == "The sailors rode the breeze clear of the rocks."
+    # a card for the folder of seeds, with their summary
+    card = (out / "README.md").read_text()
+    assert "2 seeds" in card and "| 1 |" in card and "| 2 |" in card and "seed_1/" in card
+    assert f"median {table['best_epoch']['median']:.2f}" in card
     state = json.load(open(run / "trainer_state.json"))
     assert len([e for e in state["log_history"] if "eval_matthews_correlation" in e]) >= 2  # one per epoch
 

@@ -42,6 +42,10 @@ def test_trainer_lowers_loss_and_moves_every_trainable_parameter(tiny_paths, tok
     model = MultiEncoderForSequenceClassification.from_encoders(tiny_paths, fusion="dme", num_labels=2)
     freeze_encoders(model, [2])
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    # frozen: member 2 and the members' unused poolers, nothing else
+    assert {n for n in before if n not in trainable} == {
+        n for n in before if n.startswith("multiencoder.encoders.2.") or ".pooler." in n}
     trainer = make_trainer(model, tokenizer, dataset, tmp_path, epochs=10)
     trainer.train()
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
@@ -49,7 +53,7 @@ def test_trainer_lowers_loss_and_moves_every_trainable_parameter(tiny_paths, tok
     # the stock Trainer kept our per-member columns (nested lists) instead of dropping them
     for name, p in model.named_parameters():
         moved = not torch.equal(p.detach(), before[name])
-        if name.startswith("multiencoder.encoders.2."):
+        if name not in trainable:
             assert not moved, f"frozen {name} changed"
         elif "word_embeddings" in name or "position_embeddings" in name or "token_type" in name:
             continue  # rows of unused tokens/positions legitimately stay; the tensor as a whole is checked below
