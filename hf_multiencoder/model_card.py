@@ -525,7 +525,8 @@ def save_seeds_card(save_directory: str | os.PathLike, card_data: MultiEncoderMo
     content = ModelCard.from_template(
         CardData(**header), template_str=SEEDS_CARD_TEMPLATE, model_name=data["model_name"],
         seeds=[r["seed"] for r in table["runs"]], runs=table["runs"], metric=table["metric"],
-        split=card_data.main_split, best=format_summary(table["best_epoch"]), final=format_summary(table["final_epoch"]),
+        split=card_data.main_split, best=format_summary(table["best_epoch"]),
+        final=format_summary(table["final_epoch"]),
         fusion_weights=table.get("mean_fusion_weights"), data_limits=data["data_limits"],
     ).content
     path = os.path.join(save_directory, README_NAME)

@@ -126,8 +126,8 @@ class MultiEncoderTokenizer(PushToHubMixin):
             local = os.path.isdir(str(pretrained_model_name_or_path))
             if local and not os.path.isfile(os.path.join(folder, TOKENIZER_CONFIG_FILE)):
                 raise OSError(f"{pretrained_model_name_or_path}: member {i}'s tokenizer folder {sub}/ is missing or "
-                              f"incomplete (no {TOKENIZER_CONFIG_FILE}); save the MultiEncoderTokenizer again, or copy "
-                              f"the whole folder.")
+                              f"incomplete (no {TOKENIZER_CONFIG_FILE}); save the MultiEncoderTokenizer again, or "
+                              f"copy the whole folder.")
         # A blank config: AutoTokenizer would otherwise look for the member's `config.json` in its sub-folder (there
         # is none; the members' configs live in the model's config), which fails offline from the Hub cache. Each
         # member's own `tokenizer_config.json` names its tokenizer class.
