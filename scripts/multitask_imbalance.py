@@ -61,8 +61,9 @@ def run_row(name: str, extra: list[str], steps: int, args) -> dict:
             print(f"[imbalance] {name}: results exist in {out}, not rerun", flush=True)
             return table
     start = time.time()
+    # a row folder without matching results is an interrupted or other run: start it afresh
     table = run_multitask.main([CONFIG, "--output_dir", out, "--seeds", *map(str, args.seeds),
-                                "--max_steps", str(steps), *extra, *args.overrides])
+                                "--max_steps", str(steps), "--overwrite_output_dir", "true", *extra, *args.overrides])
     table["seconds"] = round(time.time() - start, 1)
     with open(results_path, "w") as f:
         json.dump(table, f, indent=2)
