@@ -11,6 +11,7 @@ member and Trainer options are `run_glue_multi.py`'s.
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
@@ -136,7 +137,8 @@ class MultiTaskArguments:
 
 
 def parse_args(argv: list[str] | None = None):
-    parser = HfArgumentParser((ModelArguments, MultiTaskArguments, TrainingArguments))
+    parser = HfArgumentParser((ModelArguments, MultiTaskArguments, TrainingArguments), description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     argv = expand_config_file(parser, argv)
     model_args, task_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     if not metric_for_best_model_given(argv):
