@@ -3,8 +3,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
-HF_HOME ?= $(CURDIR)/.hf_home
-export HF_HOME
+# No HF_HOME here: `make encoders` seeds the standard Hugging Face cache ($HF_HOME if you set one, else
+# ~/.cache/huggingface), so every later command, script and notebook finds the members by name.
 
 .PHONY: install test test-fast demo encoders quality benchmark clean
 
@@ -20,7 +20,7 @@ install: $(VENV)/.installed
 
 TEST_ENV := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
-test: install
+test: install encoders
 	$(TEST_ENV) $(PY) -m pytest -q -ra
 
 # the inner loop: everything but the tests marked slow (subprocesses, compiles, end-to-end scripts)
@@ -40,4 +40,4 @@ quality: install
 	$(PY) -m ruff check hf_multiencoder tests run_glue_multi.py benchmarks scripts
 
 clean:
-	rm -rf $(VENV) .hf_home build *.egg-info
+	rm -rf $(VENV) .venv-compat build *.egg-info

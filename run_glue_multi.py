@@ -185,11 +185,22 @@ def metric_for_best_model_given(argv: list[str]) -> bool:
     return any(a == "--metric_for_best_model" or a.startswith("--metric_for_best_model=") for a in argv)
 
 
+def default_to_train_and_eval(training_args, argv: list[str]) -> None:
+    """No --do_train, --do_eval or --do_predict on the command line: train and evaluate."""
+    given = {a.split("=", 1)[0] for a in argv}
+    if not given & {"--do_train", "--do_eval", "--do_predict"}:
+        # no action asked for (TrainingArguments turns do_eval on by itself when an eval_strategy is set): a task
+        # given means train and evaluate, not an evaluation of untrained heads
+        training_args.do_train = training_args.do_eval = True
+        logger.warning("Neither --do_train, --do_eval nor --do_predict given: training and evaluating.")
+
+
 def parse_args(argv: list[str] | None = None):
     parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments), description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     argv = expand_config_file(parser, argv)
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    default_to_train_and_eval(training_args, argv)
     if not metric_for_best_model_given(argv):
         # TrainingArguments picks "loss" whenever load_best_model_at_end is set; unless asked otherwise, the best
         # checkpoint is the task's (main() sets it once the task is known: MCC for CoLA, Spearman for STS-B, ...).
@@ -515,17 +526,13 @@ def print_summary(table: dict, results: list[dict], spec: TaskSpec) -> None:
 
 
 def setup_run(training_args, script_logger: logging.Logger) -> None:
-    """Log to stdout at the Trainer's process log level (as run_glue.py); train and evaluate when no --do_* is given;
-    no memory pinning without a GPU."""
+    """Log to stdout at the Trainer's process log level (as run_glue.py); no memory pinning without a GPU."""
     logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", datefmt="%H:%M:%S",
                         handlers=[logging.StreamHandler(sys.stdout)])
     log_level = training_args.get_process_log_level()
     script_logger.setLevel(log_level)
     transformers.utils.logging.set_verbosity(log_level)
     datasets.utils.logging.set_verbosity(max(log_level, logging.WARNING))
-    if not (training_args.do_train or training_args.do_eval or training_args.do_predict):
-        training_args.do_train = training_args.do_eval = True
-        script_logger.warning("Neither --do_train, --do_eval nor --do_predict given: training and evaluating.")
     if not torch.cuda.is_available():
         training_args.dataloader_pin_memory = False  # nothing to pin to (and no warning about it)
 

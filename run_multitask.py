@@ -37,6 +37,7 @@ from hf_multiencoder.tasks import TASKS
 from run_glue_multi import (
     ModelArguments,
     build_tokenizer,
+    default_to_train_and_eval,
     expand_config_file,
     from_encoders_kwargs,
     metric_for_best_model_given,
@@ -141,6 +142,7 @@ def parse_args(argv: list[str] | None = None):
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     argv = expand_config_file(parser, argv)
     model_args, task_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    default_to_train_and_eval(training_args, argv)
     if not metric_for_best_model_given(argv):
         # the best checkpoint is the one with the best combination of the tasks' main metrics
         training_args.metric_for_best_model = MULTITASK_SCORE

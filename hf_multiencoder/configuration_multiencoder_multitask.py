@@ -82,9 +82,15 @@ class MultiEncoderMultiTaskConfig(MultiEncoderConfig):
 
     model_type = "multiencoder_multitask"
 
-    def __init__(self, tasks: dict[str, dict] | None = None, **kwargs):
+    def __init__(self, tasks: dict[str, dict] | list[dict] | None = None, **kwargs):
         self.tasks = normalize_tasks(tasks)
         super().__init__(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        output = super().to_dict()
+        # config.json is written with sorted keys: a list keeps the tasks (and so their heads) in their order
+        output["tasks"] = [{"name": name, **task} for name, task in self.tasks.items()]
+        return output
 
     @property
     def task_names(self) -> list[str]:
@@ -109,10 +115,19 @@ class MultiEncoderMultiTaskConfig(MultiEncoderConfig):
         return {label: i for i, label in self.get_task(task)["id2label"].items()}
 
 
-def normalize_tasks(tasks: Mapping[str, Mapping[str, Any]] | None) -> dict[str, dict[str, Any]]:
-    """Every task of a ``tasks`` mapping through [`normalize_task`] (None: no tasks)."""
+def normalize_tasks(tasks: Mapping[str, Mapping[str, Any]] | list[Mapping[str, Any]] | None
+                    ) -> dict[str, dict[str, Any]]:
+    """Every task of a ``tasks`` mapping through [`normalize_task`] (None: no tasks). The list form
+    ``[{"name": ..., "type": ..., ...}]`` (how config.json stores them, in order) is read too."""
     if tasks is None:
         return {}
+    if isinstance(tasks, (list, tuple)):
+        if not all(isinstance(t, Mapping) and "name" in t for t in tasks):
+            raise ValueError("`tasks` as a list holds one mapping per task, each with its `name`.")
+        names = [t["name"] for t in tasks]
+        if len(set(names)) != len(names):
+            raise ValueError(f"Task names must be unique, got {names}.")
+        tasks = {t["name"]: {k: v for k, v in t.items() if k != "name"} for t in tasks}
     if not isinstance(tasks, Mapping):
         raise ValueError(f"`tasks` must be a mapping of task names to task heads, got {type(tasks).__name__}.")
     return {name: normalize_task(name, task) for name, task in tasks.items()}

@@ -18,7 +18,9 @@ from __future__ import annotations
 import csv
 import gzip
 import logging
+import math
 import os
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -75,9 +77,12 @@ def _label_to_id(value: str | None, spec: TaskSpec, where: str) -> int | float:
         return -1.0 if spec.is_regression else -1
     if spec.is_regression:
         try:
-            return float(value)
+            score = float(value)
         except ValueError:
             raise ValueError(f"{where}: score {value!r} is not a number.") from None
+        if not math.isfinite(score):
+            raise ValueError(f"{where}: score {value!r} is not a finite number.")
+        return score
     if value in spec.label_list:
         return spec.label_list.index(value)
     try:
@@ -300,18 +305,32 @@ def iob1_to_iob2(tags: list[str]) -> list[str]:
     return converted
 
 
-def read_conll(path: str, token_column: int = 0, tag_column: int = -1) -> list[tuple[list[str], list[str]]]:
+_IOB_TAG = re.compile(r"^(O|[BI]-\S+)$")
+_NOT_CONLL = (".csv", ".json", ".jsonl")
+
+
+def read_conll(path: str, token_column: int = 0, tag_column: int = -1, iob: bool = True,
+               ) -> list[tuple[list[str], list[str]]]:
     """Read a CoNLL-format file into (tokens, tags) sentences.
 
     One word per line, columns separated by a tab (if the line has one) or by whitespace; a blank line (or a line
     of whitespace only) ends a sentence; `-DOCSTART-` lines are skipped. MIT's `.bio` files put the tag first:
     `token_column=1, tag_column=0`.
+
+    Checked, with the file and line in the error: every line has the column count of the file's first line (a token
+    without a tag, a stray column or another separator is an error, not a new tag), every tag is an IOB/IOB2 tag
+    (`O`, `B-TYPE`, `I-TYPE`; `iob=False` reads any other column, e.g. POS tags), the file is UTF-8 and holds at
+    least one sentence.
     """
     if not os.path.isfile(path):
         raise FileNotFoundError(f"CoNLL file {path} does not exist.")
+    if path.lower().endswith(_NOT_CONLL):
+        raise ValueError(f"{path} is a CSV/JSON file, not a CoNLL file (a token and a tag per line): token tasks "
+                         f"(--task_type token) read CoNLL files; sentence tasks read CSV/JSON.")
     sentences: list[tuple[list[str], list[str]]] = []
     tokens: list[str] = []
     tags: list[str] = []
+    columns = None
 
     def flush() -> None:
         nonlocal tokens, tags
@@ -319,9 +338,13 @@ def read_conll(path: str, token_column: int = 0, tag_column: int = -1) -> list[t
             sentences.append((tokens, tags))
         tokens, tags = [], []
 
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            line = line.rstrip("\r\n")
+    with open(path, "rb") as f:
+        for line_no, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as err:
+                raise ValueError(f"{path}:{line_no}: not UTF-8 ({err.reason} at byte {err.start} of the line); "
+                                 f"save the file as UTF-8.") from None
             if not line.strip():
                 flush()
                 continue
@@ -329,16 +352,23 @@ def read_conll(path: str, token_column: int = 0, tag_column: int = -1) -> list[t
                 flush()
                 continue
             fields = line.split("\t") if "\t" in line else line.split()
-            try:
-                token, tag = fields[token_column], fields[tag_column].strip()
-            except IndexError:
-                raise ValueError(
-                    f"{path}:{line_no}: cannot read token column {token_column} and tag column {tag_column} from "
-                    f"{len(fields)} field(s): {line!r}."
-                ) from None
+            if columns is None:
+                columns = len(fields)
+                if columns < 2:
+                    raise ValueError(f"{path}:{line_no}: one column ({line!r}): a CoNLL file has a token and a tag "
+                                     f"on each line.")
+            if len(fields) != columns:
+                raise ValueError(f"{path}:{line_no}: {len(fields)} column(s) where the file's first line has "
+                                 f"{columns} ({line!r}): a token without a tag, a stray column, or another "
+                                 f"separator.")
+            token, tag = fields[token_column], fields[tag_column].strip()
+            if iob and not _IOB_TAG.match(tag):
+                raise ValueError(f"{path}:{line_no}: tag {tag!r} is not an IOB tag (O, B-TYPE or I-TYPE).")
             tokens.append(token)
             tags.append(tag)
     flush()
+    if not sentences:
+        raise ValueError(f"{path} holds no sentences (it is empty, or has only -DOCSTART- lines).")
     return sentences
 
 
@@ -580,7 +610,17 @@ def load_files(
     file_format = formats.pop()
     kwargs = {"delimiter": "\t"} if file_format == "tsv" else {}
     builder = "json" if file_format == "json" else "csv"
-    raw = datasets.load_dataset(builder, data_files=files, cache_dir=cache_dir, **kwargs)
+    try:
+        raw = datasets.load_dataset(builder, data_files=files, cache_dir=cache_dir, **kwargs)
+    except Exception as err:  # noqa: BLE001 - datasets wraps the parser's error; name the files and the cause
+        cause = err.__cause__ or err.__context__
+        because = f" (caused by {type(cause).__name__}: {cause})" if cause is not None else ""
+        raise ValueError(f"Could not read {', '.join(files.values())} as {file_format.upper()}: "
+                         f"{type(err).__name__}: {err}{because}. Is a file empty, header-only, or are its rows of "
+                         f"different lengths?") from err
+    for split, ds in raw.items():
+        if len(ds) == 0:
+            raise ValueError(f"{files[split]} holds no rows (empty, or a header only).")
 
     labelled = [split for split in raw if label_column in raw[split].column_names]
     for split in raw:
@@ -594,11 +634,17 @@ def load_files(
                          f"the columns are {raw[next(iter(raw))].column_names}.")
 
     reference = raw[labelled[0]]
-    non_label = [c for c in reference.column_names if c != label_column]
+    # text is what is not the label and holds strings (an `id` column of numbers is no text)
+    non_label = [c for c in reference.column_names if c != label_column
+                 and getattr(reference.features[c], "dtype", None) in ("string", "large_string")]
     if text_columns:
         text_columns = tuple(text_columns)
         if len(text_columns) > 2:
             raise ValueError(f"`text_columns` takes one or two columns (a sentence or a pair), got {text_columns}.")
+        missing = [c for c in text_columns if c not in reference.column_names]
+        if missing:
+            raise ValueError(f"{files[labelled[0]]}: no text column(s) {missing}; the columns are "
+                             f"{reference.column_names}.")
     elif "sentence1" in non_label:
         text_columns = ("sentence1", "sentence2") if "sentence2" in non_label else ("sentence1",)
     elif len(non_label) >= 2:
@@ -608,17 +654,26 @@ def load_files(
     else:
         raise ValueError(f"{files[labelled[0]]}: no text column besides the label column {label_column!r}.")
     shape = "a sentence pair" if len(text_columns) == 2 else "one sentence"
-    logger.info(f"Text column(s) {list(text_columns)} (read as {shape}), label column {label_column!r}; pass "
+    logger.warning(f"Text column(s) {list(text_columns)} (read as {shape}), label column {label_column!r}; pass "
                 f"text_columns (--text_column_names) to choose others.")
 
     dtype = reference.features[label_column].dtype if isinstance(reference.features[label_column], Value) else None
     is_regression = dtype in ("float16", "float32", "float64")
     label_list = None
     if not is_regression:
-        values = set()
+        # the labels the model trains with come from the training file (as run_glue.py); other files may not add any
+        source = "train" if "train" in labelled else labelled[0]
+        label_list = sorted(v for v in raw[source].unique(label_column) if v is not None)
         for split in labelled:
-            values.update(v for v in raw[split].unique(label_column) if v is not None)
-        label_list = sorted(values)
+            unseen = sorted(set(v for v in raw[split].unique(label_column) if v is not None) - set(label_list),
+                            key=str)
+            if unseen:
+                lower = {str(v).lower(): v for v in label_list}
+                hints = [f"{v!r} -> {lower[str(v).lower()]!r}" for v in unseen if str(v).lower() in lower]
+                raise ValueError(
+                    f"{files[split]}: label(s) {unseen} do not occur in {files[source]}, whose labels "
+                    f"{label_list} are the ones the model trains with."
+                    + (f" Different case? {', '.join(hints)}." if hints else ""))
     text_keys = PAIR if len(text_columns) == 2 else SINGLE
     spec = TaskSpec(
         "custom",
@@ -638,19 +693,29 @@ def load_files(
             raise ValueError(f"{files[split]}: missing text column(s) {missing}; the columns are {ds.column_names}.")
         has_label = label_column in ds.column_names
 
-        def convert(batch, split=split, has_label=has_label):
+        def convert(batch, indices, split=split, has_label=has_label):
             n = len(batch[text_columns[0]])
+            where = files[split]
+            row = 2 if file_format in ("csv", "tsv") else 1  # a file's line number: CSV/TSV rows start after a header
+            for key, col in zip(text_keys, text_columns):
+                for i, text in zip(indices, batch[col]):
+                    if not isinstance(text, str) or not text.strip():
+                        raise ValueError(f"{where}: row {i + row} has no text in column {col!r} ({text!r}).")
             out_batch = {key: batch[col] for key, col in zip(text_keys, text_columns)}
             raw_labels = batch[label_column] if has_label else [None] * n
-            if any(v is None for v in raw_labels) and split != "test":
-                raise ValueError(f"{files[split]}: some rows have no value in the label column {label_column!r}.")
+            for i, v in zip(indices, raw_labels):
+                if v is None and split != "test":
+                    raise ValueError(f"{where}: row {i + row} has no value in the label column {label_column!r}.")
+                if is_regression and v is not None and not math.isfinite(float(v)):
+                    raise ValueError(f"{where}: row {i + row} has the label {v!r}, not a finite number.")
             if is_regression:
                 out_batch["label"] = [-1.0 if v is None else float(v) for v in raw_labels]
             else:
                 out_batch["label"] = [-1 if v is None else value_to_id[v] for v in raw_labels]
             return out_batch
 
-        out[split] = ds.map(convert, batched=True, remove_columns=ds.column_names, features=_sequence_features(spec))
+        out[split] = ds.map(convert, batched=True, with_indices=True, remove_columns=ds.column_names,
+                            features=_sequence_features(spec))
     return DatasetDict(out), spec
 
 

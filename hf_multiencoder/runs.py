@@ -1,7 +1,6 @@
 """Run folders: no silent reuse of an old run, resuming only from complete checkpoints, and a record of what a run was.
 
-- [`prepare_output_dir`]: a run writes into an empty (or new) folder, unless the user asks to overwrite it or to
-  resume.
+- [`prepare_output_dir`]: a run writes into an empty (or new) folder, unless asked to overwrite it or to resume.
 - [`last_complete_checkpoint`]: the newest `checkpoint-N/` that a save finished (a `kill -9` in the middle of a save
   leaves weights without `trainer_state.json`, or a truncated one; such a folder is skipped, with a warning).
 - [`write_run_args`] / [`check_resume_args`]: `run_args.json` records the model and data arguments of a run, so that

@@ -312,7 +312,7 @@ def test_read_conll(tmp_path):
         (["Peter", "Blackburn"], ["I-PER", "I-PER"]),
         (["BRUSSELS"], ["I-LOC"]),
     ]
-    assert read_conll(str(path), tag_column=1)[0][1] == ["NNP", "VBZ", "JJ", "NN"]
+    assert read_conll(str(path), tag_column=1, iob=False)[0][1] == ["NNP", "VBZ", "JJ", "NN"]  # another column
 
     tab_path = tmp_path / "tabs.conll"
     tab_path.write_text("New\tB-location\nYork\tI-location\n\t\nhi\tO\n")  # WNUT style: a lone tab ends a sentence
@@ -356,18 +356,18 @@ def test_load_files_csv_pairs_classification(tmp_path):
     train = tmp_path / "train.csv"
     train.write_text("id,sentence1,sentence2,label\n1,a b,c d,pos\n2,e f,g h,neg\n3,i j,k l,pos\n")
     dev = tmp_path / "dev.csv"
-    dev.write_text("id,sentence1,sentence2,label\n4,m n,o p,neu\n")
+    dev.write_text("id,sentence1,sentence2,label\n4,m n,o p,pos\n")
     test = tmp_path / "test.csv"
     test.write_text("id,sentence1,sentence2\n5,q r,s t\n")
     dataset, spec = load_files(str(train), str(dev), str(test), cache_dir=str(tmp_path / "cache"))
     assert spec.name == "custom" and spec.kind == "sequence"
     assert spec.text_keys == ("sentence1", "sentence2")
-    assert spec.label_list == ["neg", "neu", "pos"]  # sorted, over all labelled files
+    assert spec.label_list == ["neg", "pos"]  # sorted, from the training file
     assert not spec.is_regression and spec.main_metric == "accuracy"
     assert spec.validation_splits == ("validation",)
     assert dataset["train"].column_names == ["sentence1", "sentence2", "label"]
-    assert dataset["train"]["label"] == [2, 0, 2]
-    assert dataset["train"].features["label"] == ClassLabel(names=["neg", "neu", "pos"])
+    assert dataset["train"]["label"] == [1, 0, 1]
+    assert dataset["train"].features["label"] == ClassLabel(names=["neg", "pos"])
     assert dataset["validation"][0] == {"sentence1": "m n", "sentence2": "o p", "label": 1}
     assert dataset["test"][0]["label"] == -1
 

@@ -54,6 +54,9 @@ def test_config_normalises_tasks_and_round_trips(tmp_path):
     config.save_pretrained(tmp_path)
     loaded = AutoConfig.from_pretrained(tmp_path)
     assert type(loaded) is MultiEncoderMultiTaskConfig and loaded.tasks == config.tasks
+    assert list(loaded.tasks) == ["a", "b", "c"]  # in their order, though config.json sorts its keys
+    assert list(MultiEncoderMultiTaskConfig(tasks={"z": {"type": "regression"}, "a": {"type": "regression"}})
+                .to_dict()["tasks"][0].values())[0] == "z"
     assert MultiEncoderMultiTaskConfig().tasks == {}  # constructible without arguments (save_pretrained diffs)
 
 
@@ -164,6 +167,7 @@ def test_save_load_auto_classes_and_task_labels(model, tokenizer, sentences, wor
     assert {"configuration_multiencoder_multitask.py", "modeling_multiencoder_multitask.py",
             "modeling_multiencoder.py", "fusion_multiencoder.py"} <= set(os.listdir(tmp_path))
     loaded = AutoModel.from_pretrained(tmp_path).eval()
+    assert loaded.config.task_names == list(TASKS) == list(loaded.heads)  # "topics" after "sts", as built
     assert type(loaded) is MultiEncoderForMultiTask and isinstance(AutoTokenizer.from_pretrained(tmp_path),
                                                                     MultiEncoderTokenizer)
     for task, batch in (("acc", sentences), ("topics", sentences), ("ner", words)):

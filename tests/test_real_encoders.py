@@ -5,14 +5,22 @@ load the members by their Hub names, offline (`make test` sets HF_HUB_OFFLINE=1)
 a 2-core CPU.
 """
 
+import ast
+import math
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
+import transformers
 from huggingface_hub import try_to_load_from_cache
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
 from hf_multiencoder import MultiEncoderForSequenceClassification, MultiEncoderTokenizer
 from hf_multiencoder.modeling_multiencoder import pool_sentence
 
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAMES = ["sentence-transformers/all-MiniLM-L6-v2", "sentence-transformers/all-mpnet-base-v2"]
 SENTENCES = ["He can will go", "Somebody just left."]
 NEEDED = ("config.json", "model.safetensors", "tokenizer_config.json", "tokenizer.json", "vocab.txt")
@@ -113,3 +121,80 @@ def test_save_and_reload_with_auto_classes(example, tmp_path):
         out2 = reloaded(**again)
     torch.testing.assert_close(out2.logits, out.logits, atol=1e-5, rtol=0)
     torch.testing.assert_close(out2.fusion_weights, out.fusion_weights, atol=1e-5, rtol=0)
+
+
+# ---- the README's examples, verbatim --------------------------------------------------------------------------------
+def readme_block(name: str) -> str:
+    """The python block that follows `<!-- readme-test: NAME -->` in README.md."""
+    readme = open(os.path.join(REPO_ROOT, "README.md"), encoding="utf-8").read()
+    start = readme.index(f"<!-- readme-test: {name} -->")
+    return readme[start:].split("```python\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.mark.slow  # three fresh interpreters with the real pair
+def test_readme_examples_run_verbatim_and_print_what_they_claim(tmp_path):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    use = readme_block("use") + readme_block("trainer")
+    proc = subprocess.run([sys.executable, "-c", use], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0] == "torch.Size([2, 2]) torch.Size([2, 2])"
+    printed = ast.literal_eval(lines[1])
+    assert printed["Sentences"] == ["He can will go"] and printed["Predictions"][0] in ("unacceptable", "acceptable")
+    assert list(printed["DME scores"][0]) == ["MiniLM", "MPNet"]
+    assert math.isfinite(float(lines[-1]))  # the training loss
+    # elsewhere: an interpreter that cannot import hf_multiencoder (site-packages without the editable install)
+    site_packages = os.path.dirname(os.path.dirname(transformers.__file__))
+    elsewhere = f"import sys; sys.path.append({site_packages!r})\n" + readme_block("elsewhere")
+    proc = subprocess.run([sys.executable, "-S", "-c", elsewhere], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    names, result = proc.stdout.strip().splitlines()[-2:]
+    assert names == "['MiniLM', 'MPNet'] {0: 'unacceptable', 1: 'acceptable'}"
+    assert ast.literal_eval(result)[0]["label"] == printed["Predictions"][0]
+    # the NER example
+    proc = subprocess.run([sys.executable, "-c", readme_block("ner")], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "['John', 'Smith', 'went', 'to', 'Paris'] 5 ['MiniLM', 'MPNet']"
+
+
+def test_members_load_by_name_from_a_plain_shell(tmp_path):
+    """`make encoders` seeds the standard cache: a shell without any Makefile variable finds the members by name."""
+    if os.environ.get("HF_HOME") or os.environ.get("HF_HUB_CACHE"):
+        pytest.skip("a custom HF_HOME/HF_HUB_CACHE is set: the default cache is not the one in use")
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": os.path.expanduser("~"), "HF_HUB_OFFLINE": "1"}
+    code = "from transformers import AutoTokenizer; print(type(AutoTokenizer.from_pretrained(%r)).__name__)"
+    for name in NAMES:
+        proc = subprocess.run([sys.executable, "-c", code % name], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0 and proc.stdout.strip().endswith("Tokenizer"), proc.stderr[-2000:]
+
+
+@pytest.mark.slow  # two fresh interpreters with the real pair; 2 training steps on slices of CoNLL-2003 and TREC
+def test_readme_multitask_examples_run_verbatim(tmp_path, shared_data):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    use = readme_block("multitask") + readme_block("multitask-trainer")
+    proc = subprocess.run([sys.executable, "-c", use], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    shape, predicted, tags = lines[:3]
+    assert shape == "torch.Size([1, 6])"
+    predicted = ast.literal_eval(predicted)
+    assert predicted["Predictions"][0] in ("ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM")
+    assert list(predicted["DME scores"][0]) == ["MiniLM", "MPNet"]
+    assert len(ast.literal_eval(tags)) == 5
+    assert ast.literal_eval(lines[-2]) == ["eval_ner_overall_f1", "eval_trec_accuracy", "eval_multitask_score"]
+    counts = ast.literal_eval(lines[-1])
+    assert set(counts) == {"ner", "trec"} and sum(counts.values()) == 2
+    # elsewhere: an interpreter that cannot import hf_multiencoder loads the saved folder with the Auto classes
+    site_packages = os.path.dirname(os.path.dirname(transformers.__file__))
+    elsewhere = f"import sys; sys.path.append({site_packages!r})\n" + readme_block("multitask-elsewhere")
+    proc = subprocess.run([sys.executable, "-S", "-c", elsewhere], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    loaded, scored = proc.stdout.strip().splitlines()[-2:]
+    assert loaded == "MultiEncoderForMultiTask ['ner', 'trec', 'sts']"
+    assert isinstance(ast.literal_eval(scored)["Predictions"][0], float)
