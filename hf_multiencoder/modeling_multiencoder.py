@@ -469,12 +469,15 @@ class MultiEncoderModel(MultiEncoderPreTrainedModel):
                                  f"{names}, or come from a tokenizer built for other members.")
         self._inputs_checked = True
 
-    def encode_member(self, i, input_ids, attention_mask, token_type_ids=None):
-        """Run member ``i``; returns its last hidden state and (if its pooling needs them) all hidden states."""
+    def encode_member(self, i, input_ids, attention_mask, token_type_ids=None, output_hidden_states=None):
+        """Run member ``i``; returns its last hidden state and (if its pooling needs them, or when asked) all hidden
+        states."""
         kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
         if token_type_ids is not None and self._takes_token_type_ids[i]:
             kwargs["token_type_ids"] = token_type_ids
-        out = self.encoders[i](**kwargs, output_hidden_states=self._needs_hidden_states[i], return_dict=True)
+        if output_hidden_states is None:
+            output_hidden_states = self._needs_hidden_states[i]
+        out = self.encoders[i](**kwargs, output_hidden_states=output_hidden_states, return_dict=True)
         return out.last_hidden_state, out.hidden_states
 
     def forward(
