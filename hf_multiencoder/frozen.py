@@ -110,11 +110,13 @@ def train_head(
     learning_rate: float = 1e-3,
     batch_size: int = 64,
     output_dir: str | None = None,
+    return_model: bool = False,
     **config_kwargs,
 ) -> dict:
     """Train a head (alone on one member, or fusing several) on the cached vectors of `pooling`, with the stock
     Trainer, evaluating every epoch. Returns `{"seed", "epoch_scores", "best_epoch_score", "final_epoch_score",
-    "fusion_weights" (by member name, from the last evaluation), "train_seconds"}`."""
+    "fusion_weights" (by member name, from the last evaluation), "train_seconds"}`, and with `return_model` the trained
+    model (the frozen members and the new head) and its tokenizer under `"model"` and `"tokenizer"`."""
     names = list(frozen.tokenizer.encoder_names)
     indices = [names.index(m) for m in members]
     spec = frozen.spec
@@ -148,7 +150,7 @@ def train_head(
         seconds = time.perf_counter() - start
     evaluations = [e for e in trainer.state.log_history if key in e]
     scores = [e[key] for e in evaluations]
-    return {
+    result = {
         "seed": seed,
         "epoch_scores": scores,
         "best_epoch_score": max(scores),
@@ -156,6 +158,9 @@ def train_head(
         "fusion_weights": fusion_weights_from_metrics(evaluations[-1], list(members)),
         "train_seconds": round(seconds, 2),
     }
+    if return_model:
+        result.update(model=model.eval(), tokenizer=tokenizer)
+    return result
 
 
 __all__ = ["FrozenTask", "encode_task", "select_members", "train_head"]
