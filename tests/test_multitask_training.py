@@ -162,6 +162,7 @@ def test_dataset_and_collator(data, tokenizer):
 
 
 # ---- the Trainer ----------------------------------------------------------------------------------------------------
+@pytest.mark.slow  # 6 optimizer steps of 2 micro-batches
 def test_one_task_per_step_under_gradient_accumulation(tiny_paths, tokenizer, data, tmp_path):
     model = new_model(tiny_paths)
     seen = []
@@ -190,6 +191,7 @@ def test_loss_weights_scale_the_training_loss_only(tiny_paths, tokenizer, data, 
     assert weighted.item() == pytest.approx(0.25 * model(**batch).loss.item())
 
 
+@pytest.mark.slow  # 6 steps, 3 evaluations and checkpoints
 def test_evaluate_every_task_and_keep_the_best_combined_score(tiny_paths, tokenizer, data, tmp_path):
     model = new_model(tiny_paths)
     trainer = make_trainer(model, tokenizer, data, tmp_path, max_steps=6, eval_strategy="steps", eval_steps=2,
@@ -230,6 +232,7 @@ def test_frozen_heads_do_not_change(tiny_paths, tokenizer, data, tmp_path):
     assert not torch.equal(model.multiencoder.fusion.scorer.weight, before["multiencoder.fusion.scorer.weight"])
 
 
+@pytest.mark.slow  # two trainings
 def test_head_frozen_after_some_steps_keeps_its_weights_from_then_on(tiny_paths, tokenizer, data, tmp_path):
     model = new_model(tiny_paths)
     initial = model.heads.ner.weight.detach().clone()
