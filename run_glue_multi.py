@@ -38,7 +38,10 @@ from hf_multiencoder import (
     create_multiencoder_optimizer,
     freeze_encoders,
 )
+from hf_multiencoder.adaptation import adapt_members, default_training_arguments
+from hf_multiencoder.corpus import build_corpus, task_texts
 from hf_multiencoder.data import load_task, tokenize_task
+from hf_multiencoder.feature_cache import CachedFeaturesCollator, add_member_features
 from hf_multiencoder.metrics import build_compute_metrics, fusion_weights_from_metrics
 from hf_multiencoder.model_card import MultiEncoderModelCardData, save_seeds_card
 from hf_multiencoder.modeling_multiencoder import word_tags
@@ -85,6 +88,18 @@ class ModelArguments:
         default=None, metadata={"help": "Members to freeze, by index or name (head-only baseline)."}
     )
     cache_dir: str | None = field(default=None, metadata={"help": "Where to store downloaded checkpoints."})
+    adaptive_mlm_epochs: float = field(
+        default=0.0, metadata={"help": "Task-adaptive pretraining first: epochs of masked-LM adaptation of the "
+                                       "members on the task's training texts (0: none). See run_mlm_multi.py."}
+    )
+    adaptive_mlm_learning_rate: float = field(default=1e-5, metadata={"help": "Members' rate in that adaptation."})
+    adaptive_mlm_members: list[str] | None = field(
+        default=None, metadata={"help": "Members to adapt, by index or name (default: all)."}
+    )
+    frozen_feature_cache: str | None = field(
+        default=None, metadata={"help": "A folder: run the frozen members (--freeze_encoders) once and train the head "
+                                        "on their stored vectors (members in eval mode; reused across seeds)."}
+    )
 
     def __post_init__(self):
         if not self.encoders and not self.model_name_or_path:
@@ -161,10 +176,9 @@ def config_to_argv(config: dict) -> list[str]:
     return argv
 
 
-def expand_config_file(parser: HfArgumentParser, argv: list[str] | None = None) -> list[str]:
-    """The command line with a leading YAML/JSON config file turned into arguments (the ones after it win); a key
-    the parser does not know raises a `ValueError`."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+def config_file_argv(parser: HfArgumentParser, argv: list[str]) -> list[str]:
+    """A leading YAML/JSON config file becomes arguments (the command line after it wins); unknown keys are an error.
+    run_mlm_multi.py and run_multitask.py read their config files the same way."""
     if argv and argv[0].endswith((".yaml", ".yml", ".json")):
         path = argv.pop(0)
         if not os.path.isfile(path):
@@ -198,7 +212,7 @@ def default_to_train_and_eval(training_args, argv: list[str]) -> None:
 def parse_args(argv: list[str] | None = None):
     parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments), description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    argv = expand_config_file(parser, argv)
+    argv = config_file_argv(parser, list(sys.argv[1:] if argv is None else argv))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     default_to_train_and_eval(training_args, argv)
     if not metric_for_best_model_given(argv):
@@ -230,6 +244,29 @@ def tokenize_dataset(raw, spec: TaskSpec, tokenizer, data_args, training_args):
 
 def select(ds, n):
     return ds if n is None else ds.select(range(min(n, len(ds))))
+
+
+def adapt_before_tuning(model_args, data_args, training_args, raw, spec: TaskSpec, run_dir: str) -> dict:
+    """`--adaptive_mlm_epochs`: continue the members' masked-LM pretraining on the task's own training texts (the
+    same `max_train_samples`), save them in `run_dir/adapted_members/`, and tune from there. Finished members with
+    the same settings are reused on a rerun."""
+    texts = task_texts(spec, dataset=select(raw["train"], data_args.max_train_samples))
+    corpus = build_corpus(texts, seed=training_args.seed, source=f"the {spec.name} training texts")
+    output_dir = os.path.join(run_dir, "adapted_members")
+    args = default_training_arguments(
+        output_dir, num_train_epochs=model_args.adaptive_mlm_epochs,
+        learning_rate=model_args.adaptive_mlm_learning_rate, seed=training_args.seed, use_cpu=training_args.use_cpu,
+        bf16=training_args.bf16, disable_tqdm=training_args.disable_tqdm, logging_steps=training_args.logging_steps,
+        resume_from_checkpoint=True)
+    display_names = model_args.encoder_names or model_args.encoders
+    report = adapt_members(model_args.model_name_or_path or model_args.encoders, corpus, args, output_dir=output_dir,
+                           encoder_names=model_args.encoder_names, adapt_members=model_args.adaptive_mlm_members,
+                           max_seq_length=data_args.max_seq_length)
+    if model_args.model_name_or_path:
+        model_args.model_name_or_path = output_dir
+    else:
+        model_args.encoders, model_args.encoder_names = report["encoders"], list(display_names)
+    return report
 
 
 # ---- model ----------------------------------------------------------------------------------------------------
@@ -366,7 +403,8 @@ def build_trainer(model_args, data_args, training_args, spec, tokenizer, tokeniz
         train_dataset=train_dataset,
         eval_dataset=main_eval,
         processing_class=tokenizer,
-        data_collator=MultiEncoderDataCollator(tokenizer, pad_to_multiple_of=8 if training_args.bf16 else None),
+        data_collator=(CachedFeaturesCollator if model_args.frozen_feature_cache else MultiEncoderDataCollator)(
+            tokenizer, pad_to_multiple_of=8 if training_args.bf16 else None),
         compute_metrics=build_compute_metrics(spec, model.config.encoder_names),
         optimizers=(optimizer, None),
         callbacks=callbacks,
@@ -401,6 +439,10 @@ def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokeni
         frozen = freeze_encoders(model, model_args.freeze_encoders)
         logger.info(f"Frozen members: {[model.config.encoder_names[i] for i in frozen]}")
     model.to(training_args.device)  # before the optimizer, so that it can use the fused CUDA kernel
+    if model_args.freeze_encoders and model_args.frozen_feature_cache:
+        tokenized = datasets.DatasetDict({
+            split: add_member_features(ds, model, frozen, cache_dir=model_args.frozen_feature_cache)
+            for split, ds in tokenized.items()})
     trainer = build_trainer(model_args, data_args, training_args, spec, tokenizer, tokenized, model)
     trainer.model_card_data.set_data_limits(train=data_args.max_train_samples, eval=data_args.max_eval_samples)
     examples = example_inputs(raw, spec, data_args)
@@ -586,6 +628,8 @@ def main(argv: list[str] | None = None) -> dict:
     results, card_data = [], None
     for seed in seeds:
         start_seed_run(training_args, base_output, seed, seeds, run_args, resuming, data_args.overwrite_output_dir)
+        if model_args.adaptive_mlm_epochs and not results:  # once, into the run's folder, before the first tuning
+            adapt_before_tuning(model_args, data_args, training_args, raw, spec, base_output)
         result, card_data = train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokenized)
         results.append(result)
         if torch.cuda.is_available():

@@ -15,6 +15,7 @@ import argparse
 import json
 import logging
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -37,8 +38,8 @@ from hf_multiencoder.tasks import TASKS
 from run_glue_multi import (
     ModelArguments,
     build_tokenizer,
+    config_file_argv,
     default_to_train_and_eval,
-    expand_config_file,
     from_encoders_kwargs,
     metric_for_best_model_given,
     prepare_run_folders,
@@ -140,9 +141,13 @@ class MultiTaskArguments:
 def parse_args(argv: list[str] | None = None):
     parser = HfArgumentParser((ModelArguments, MultiTaskArguments, TrainingArguments), description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    argv = expand_config_file(parser, argv)
+    argv = config_file_argv(parser, list(sys.argv[1:] if argv is None else argv))
     model_args, task_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     default_to_train_and_eval(training_args, argv)
+    if model_args.adaptive_mlm_epochs or model_args.frozen_feature_cache:
+        raise ValueError("run_multitask.py does not support --adaptive_mlm_epochs or --frozen_feature_cache (single-"
+                         "task options of run_glue_multi.py): adapt the members first with run_mlm_multi.py and pass "
+                         "the adapted members as --encoders.")
     if not metric_for_best_model_given(argv):
         # the best checkpoint is the one with the best combination of the tasks' main metrics
         training_args.metric_for_best_model = MULTITASK_SCORE

@@ -44,6 +44,8 @@ _LAZY_IMPORTS = {
     "load_task": "data",
     "MultiTaskTrainer": "multitask",
     "tokenize_task": "data",
+    "adapt_members": "adaptation",
+    "load_corpus": "corpus",
 }
 
 
@@ -96,10 +98,12 @@ __all__ = [
     "MultiEncoderTrainer",
     "MultiTaskTrainer",
     "TaskSpec",
+    "adapt_members",
     "build_fusion",
     "create_multiencoder_optimizer",
     "freeze_encoders",
     "get_task",
+    "load_corpus",
     "load_task",
     "mean_fusion_weights",
     "push_multiencoder_to_hub",

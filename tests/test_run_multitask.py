@@ -60,6 +60,8 @@ def test_every_shipped_multitask_config_parses():
     (["--loss_weights", '{"pos": 1}'], r"`loss_weights` names task\(s\) \['pos'\]"),
     (["--freeze", '{"layers": [1]}'], r"Unknown key\(s\) \['layers'\] in `freeze`"),
     (["--freeze", '{"heads_after": {"pos": 3}}'], r"`freeze` names task\(s\) \['pos'\]"),
+    (["--adaptive_mlm_epochs", "1"], "does not support --adaptive_mlm_epochs"),
+    (["--frozen_feature_cache", "cache"], "does not support --adaptive_mlm_epochs or --frozen_feature_cache"),
 ])
 def test_bad_arguments(extra, message, tmp_path):
     with pytest.raises(ValueError, match=message):
