@@ -200,7 +200,7 @@ def config_to_argv(config: dict) -> list[str]:
 
 def config_file_argv(parser: HfArgumentParser, argv: list[str]) -> list[str]:
     """A leading YAML/JSON config file becomes arguments (the command line after it wins); unknown keys are an error.
-    run_mlm_multi.py reads its config files the same way."""
+    run_mlm_multi.py and run_multitask.py read their config files the same way."""
     if argv and argv[0].endswith((".yaml", ".yml", ".json")):
         path = argv.pop(0)
         if not os.path.isfile(path):
@@ -217,18 +217,27 @@ def config_file_argv(parser: HfArgumentParser, argv: list[str]) -> list[str]:
     return argv
 
 
-def parse_args(argv: list[str] | None = None):
-    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments), description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
-    argv = config_file_argv(parser, list(sys.argv[1:] if argv is None else argv))
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+def metric_for_best_model_given(argv: list[str]) -> bool:
+    return any(a == "--metric_for_best_model" or a.startswith("--metric_for_best_model=") for a in argv)
+
+
+def default_to_train_and_eval(training_args, argv: list[str]) -> None:
+    """No --do_train, --do_eval or --do_predict on the command line: train and evaluate."""
     given = {a.split("=", 1)[0] for a in argv}
     if not given & {"--do_train", "--do_eval", "--do_predict"}:
         # no action asked for (TrainingArguments turns do_eval on by itself when an eval_strategy is set): a task
         # given means train and evaluate, not an evaluation of untrained heads
         training_args.do_train = training_args.do_eval = True
         logger.warning("Neither --do_train, --do_eval nor --do_predict given: training and evaluating.")
-    if not any(a == "--metric_for_best_model" or a.startswith("--metric_for_best_model=") for a in argv):
+
+
+def parse_args(argv: list[str] | None = None):
+    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments), description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    argv = config_file_argv(parser, list(sys.argv[1:] if argv is None else argv))
+    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    default_to_train_and_eval(training_args, argv)
+    if not metric_for_best_model_given(argv):
         # TrainingArguments picks "loss" whenever load_best_model_at_end is set; unless asked otherwise, the best
         # checkpoint is the task's (main() sets it once the task is known: MCC for CoLA, Spearman for STS-B, ...).
         training_args.metric_for_best_model = None
@@ -294,21 +303,25 @@ def build_model(model_args: ModelArguments, spec: TaskSpec):
     if model_args.model_name_or_path:
         return model_cls.from_pretrained(model_args.model_name_or_path, cache_dir=model_args.cache_dir,
                                          **label_kwargs)
-    return model_cls.from_encoders(
-        model_args.encoders,
-        encoder_names=model_args.encoder_names,
-        encoder_kwargs={"cache_dir": model_args.cache_dir} if model_args.cache_dir else None,
-        fusion=model_args.fusion,
-        fusion_dim=model_args.fusion_dim,
-        fusion_gating=model_args.fusion_gating,
-        fusion_layer_norm=model_args.fusion_layer_norm,
-        fusion_dropout=model_args.fusion_dropout,
-        pooling=model_args.pooling,
-        word_pooling=model_args.word_pooling,
-        encoder_dropout=model_args.encoder_dropout,
-        classifier_dropout=model_args.classifier_dropout,
-        **label_kwargs,
-    )
+    return model_cls.from_encoders(model_args.encoders, **from_encoders_kwargs(model_args), **label_kwargs)
+
+
+def from_encoders_kwargs(model_args: ModelArguments) -> dict:
+    """The `from_encoders` arguments the model arguments set: member names and the fusion, pooling and dropout
+    options."""
+    return {
+        "encoder_names": model_args.encoder_names,
+        "encoder_kwargs": {"cache_dir": model_args.cache_dir} if model_args.cache_dir else None,
+        "fusion": model_args.fusion,
+        "fusion_dim": model_args.fusion_dim,
+        "fusion_gating": model_args.fusion_gating,
+        "fusion_layer_norm": model_args.fusion_layer_norm,
+        "fusion_dropout": model_args.fusion_dropout,
+        "pooling": model_args.pooling,
+        "word_pooling": model_args.word_pooling,
+        "encoder_dropout": model_args.encoder_dropout,
+        "classifier_dropout": model_args.classifier_dropout,
+    }
 
 
 def add_lora(model, model_args: ModelArguments, training_args, frozen: list[int]):
@@ -441,6 +454,27 @@ def build_trainer(model_args, data_args, training_args, spec, tokenizer, tokeniz
     )
 
 
+def train_and_save(trainer, training_args, before_save=None) -> dict:
+    """Train (from scratch, or resuming as `--resume_from_checkpoint` says), run `before_save(trainer)` if given (e.g.
+    merging LoRA adapters, so that what is saved is what a user deploys), refuse non-finite weights, then save the
+    model, the train metrics and the trainer state, as run_glue.py does. Returns the train metrics."""
+    checkpoint = resolve_resume(training_args.output_dir, training_args.resume_from_checkpoint)
+    if checkpoint is not None:
+        logger.warning(f"Resuming from {checkpoint}")
+    train_result = trainer.train(resume_from_checkpoint=checkpoint)
+    if before_save is not None:
+        before_save(trainer)
+    bad = [n for n, p in trainer.model.named_parameters() if not torch.isfinite(p).all()]
+    if bad:
+        raise FloatingPointError(f"Training left non-finite weights ({bad[:3]}...); nothing was saved as the result.")
+    trainer.save_model()
+    metrics = dict(train_result.metrics, train_samples=len(trainer.train_dataset))
+    trainer.log_metrics("train", metrics)
+    trainer.save_metrics("train", metrics)
+    trainer.save_state()
+    return metrics
+
+
 def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokenized):
     """One run, one seed. Returns its result (for results.json) and its model card data."""
     set_seed(training_args.seed)
@@ -461,7 +495,6 @@ def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokeni
     trainer.model_card_data.set_data_limits(train=data_args.max_train_samples, eval=data_args.max_eval_samples)
     examples = example_inputs(raw, spec, data_args)
     trainer.model_card_data.set_example_inputs(examples)
-    train_dataset = trainer.train_dataset
     eval_splits = [s for s in spec.validation_splits if s in tokenized]
     eval_datasets = {s: tokenized[s] for s in eval_splits}
     main_key = f"eval_{spec.main_metric}"
@@ -469,23 +502,11 @@ def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokeni
     start = time.time()
     history = []
     if training_args.do_train:
-        checkpoint = resolve_resume(training_args.output_dir, training_args.resume_from_checkpoint)
-        if checkpoint is not None:
-            logger.warning(f"Resuming from {checkpoint}")
-        train_result = trainer.train(resume_from_checkpoint=checkpoint)
+        train_and_save(trainer, training_args, before_save=merge_lora_after_training if model_args.lora_r else None)
         # the per-epoch scores, before the evaluations below (which, with load_best_model_at_end, score the best)
         history = epoch_scores(trainer.state.log_history, main_key)
         if model_args.lora_r:  # output_dir: the merged model (what a user deploys); output_dir/adapter: adapters
-            model = merge_lora_after_training(trainer)
-        bad = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
-        if bad:
-            raise FloatingPointError(f"Training left non-finite weights ({bad[:3]}...); nothing was saved as the "
-                                     f"result.")
-        trainer.save_model()
-        metrics = dict(train_result.metrics, train_samples=len(train_dataset))
-        trainer.log_metrics("train", metrics)
-        trainer.save_metrics("train", metrics)
-        trainer.save_state()
+            model = trainer.model
     result["train_seconds"] = round(time.time() - start, 1)
 
     all_eval = {}
@@ -597,30 +618,58 @@ def print_summary(table: dict, results: list[dict], spec: TaskSpec) -> None:
     print("\n".join(lines), flush=True)
 
 
-def main(argv: list[str] | None = None) -> dict:
-    model_args, data_args, training_args = parse_args(argv)
+def setup_run(training_args, script_logger: logging.Logger) -> None:
+    """Log to stdout at the Trainer's process log level (as run_glue.py); no memory pinning without a GPU."""
     logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", datefmt="%H:%M:%S",
                         handlers=[logging.StreamHandler(sys.stdout)])
     log_level = training_args.get_process_log_level()
-    logger.setLevel(log_level)
+    script_logger.setLevel(log_level)
     transformers.utils.logging.set_verbosity(log_level)
     datasets.utils.logging.set_verbosity(max(log_level, logging.WARNING))
     if not torch.cuda.is_available():
         training_args.dataloader_pin_memory = False  # nothing to pin to (and no warning about it)
 
-    seeds = data_args.seeds or [training_args.seed]
-    base_output = training_args.output_dir
+
+def seed_output_dir(base_output: str, seed: int, seeds: list[int]) -> str:
+    return os.path.join(base_output, f"seed_{seed}") if len(seeds) > 1 else base_output
+
+
+def prepare_run_folders(base_output: str, seeds: list[int], run_args: dict, training_args, overwrite: bool) -> bool:
+    """Check the run folders before any work: an empty (or new) output folder, or, when resuming, the same model and
+    data arguments as the run being resumed. Returns whether the run resumes."""
     resuming = training_args.do_train and training_args.resume_from_checkpoint not in (None, "", "false", "False")
-    run_args = run_arguments(model_args, data_args, training_args)
     if resuming:
         for seed in seeds:
-            folder = os.path.join(base_output, f"seed_{seed}") if len(seeds) > 1 else base_output
-            check_resume_args(folder, {**run_args, "training.seed": seed}, [k for k in run_args if k.startswith(
-                ("model.", "data."))] + ["training.seed"])
+            check_resume_args(seed_output_dir(base_output, seed, seeds), {**run_args, "training.seed": seed},
+                              [k for k in run_args if k.startswith(("model.", "data."))] + ["training.seed"])
     # one process prepares the folder (under torchrun every process runs this script), the others wait for it
     with training_args.main_process_first(local=False, desc="preparing the output folder"):
         if training_args.process_index == 0:
-            prepare_output_dir(base_output, overwrite=data_args.overwrite_output_dir, resuming=resuming)
+            prepare_output_dir(base_output, overwrite=overwrite, resuming=resuming)
+    return resuming
+
+
+def start_seed_run(training_args, base_output: str, seed: int, seeds: list[int], run_args: dict, resuming: bool,
+                   overwrite: bool) -> None:
+    """Point `training_args` at one seed's folder (prepared by the main process, with its run_args.json, unless
+    resuming)."""
+    training_args.seed = seed
+    training_args.output_dir = seed_output_dir(base_output, seed, seeds)
+    with training_args.main_process_first(local=False, desc="preparing the run folder"):
+        if not resuming and training_args.process_index == 0:
+            prepare_output_dir(training_args.output_dir, overwrite=overwrite)
+            write_run_args(training_args.output_dir, {**run_args, "training.seed": seed})
+    logger.info(f"=== seed {seed}: output in {training_args.output_dir}")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    model_args, data_args, training_args = parse_args(argv)
+    setup_run(training_args, logger)
+
+    seeds = data_args.seeds or [training_args.seed]
+    base_output = training_args.output_dir
+    run_args = run_arguments(model_args, data_args, training_args)
+    resuming = prepare_run_folders(base_output, seeds, run_args, training_args, data_args.overwrite_output_dir)
 
     raw, spec = load_data(data_args)
     if training_args.metric_for_best_model is None:
@@ -634,15 +683,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     results, card_data = [], None
     for seed in seeds:
-        training_args.seed = seed
-        training_args.output_dir = os.path.join(base_output, f"seed_{seed}") if len(seeds) > 1 else base_output
-        with training_args.main_process_first(local=False, desc="preparing the run folder"):
-            if not resuming and training_args.process_index == 0:
-                prepare_output_dir(training_args.output_dir, overwrite=data_args.overwrite_output_dir)
-                write_run_args(training_args.output_dir, {**run_args, "training.seed": seed})
+        start_seed_run(training_args, base_output, seed, seeds, run_args, resuming, data_args.overwrite_output_dir)
         if model_args.adaptive_mlm_epochs and not results:  # once, into the run's folder, before the first tuning
             adapt_before_tuning(model_args, data_args, training_args, raw, spec, base_output)
-        logger.info(f"=== seed {seed}: output in {training_args.output_dir}")
         result, card_data = train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokenized)
         results.append(result)
         if torch.cuda.is_available():

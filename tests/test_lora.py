@@ -147,7 +147,6 @@ def test_merged_model_loads_without_peft_and_the_package(tiny_paths, tokenizer, 
             os.symlink(os.path.join(site_packages, entry), bare / entry)
     code = textwrap.dedent(f"""
         import importlib.util, json, sys
-        sys.path.append({str(bare)!r})
         importable = [name for name in ("peft", "hf_multiencoder") if importlib.util.find_spec(name)]
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -160,7 +159,7 @@ def test_merged_model_loads_without_peft_and_the_package(tiny_paths, tokenizer, 
                                                                  if n in sys.modules],
                           "module": type(m).__module__, "logits": logits}}))
     """)
-    result = run_without_package(code, tmp_path)
+    result = run_without_package(code, tmp_path, site_packages=str(bare))
     assert result["importable"] == [] and result["loaded"] == []
     assert result["module"].startswith("transformers_modules.")
     torch.testing.assert_close(torch.tensor(result["logits"]), expected, atol=1e-5, rtol=0)
