@@ -13,7 +13,7 @@ $(VENV)/.installed: setup.py pyproject.toml
 	$(PIP) install -q --upgrade pip
 	# torch first and pinned: 2.13.0 is the local CPU wheel; anything else pulls GBs of CUDA wheels.
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e ".[dev,plot,sentence-transformers]" torch==2.13.0
+	$(PIP) install -q -e ".[dev,plot,peft,sentence-transformers]" torch==2.13.0
 	touch $@
 
 install: $(VENV)/.installed
@@ -37,7 +37,7 @@ benchmark: install encoders
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) benchmarks/bench_train.py
 
 quality: install
-	$(PY) -m ruff check hf_multiencoder tests run_glue_multi.py benchmarks scripts
+	$(PY) -m ruff check hf_multiencoder tests run_glue_multi.py run_mlm_multi.py benchmarks scripts
 
 clean:
 	rm -rf $(VENV) .venv-compat build *.egg-info

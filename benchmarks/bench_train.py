@@ -329,12 +329,17 @@ def environment(args: BenchmarkArguments) -> tuple[str, dict]:
     return device, versions
 
 
-def run(args: BenchmarkArguments) -> dict:
+def start_run(args: BenchmarkArguments, prefix: str) -> str:
+    """A benchmark's set-up: `--threads`, no progress bars or library logs; returns a fresh work folder."""
     if args.threads:
         torch.set_num_threads(args.threads)
     datasets.disable_progress_bars()
     transformers.logging.set_verbosity_error()
-    workdir = tempfile.mkdtemp(prefix="bench_train_")
+    return tempfile.mkdtemp(prefix=prefix)
+
+
+def run(args: BenchmarkArguments) -> dict:
+    workdir = start_run(args, "bench_train_")
     members = build_tiny_members(os.path.join(workdir, "tiny")) if args.tiny else list(args.members)
     spec = get_task(args.task)
     train_raw, dev_raw, source = load_splits(args)

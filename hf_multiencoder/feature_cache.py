@@ -22,6 +22,7 @@ Training-side helper (imports ``datasets``): not shipped with the weights.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -137,6 +138,10 @@ def add_member_features(
     Members see the examples sorted by length (less padding: pairs of very different lengths cost a fraction); the
     returned dataset keeps the original order.
 
+    Under several processes (torchrun, accelerate launch) the main process of each machine computes the features and
+    writes the cache file while the others wait, then they read it: the members run once per machine, not once per
+    process. That needs a cache file: `cache_dir`, or a dataset stored on disk.
+
     Returns:
         The dataset with `column` added: per example a list with one entry per member, the pooled vector
         (float32 list of the member's pooled width) for cached members and `[]` for the others. An existing
@@ -178,12 +183,20 @@ def add_member_features(
     members_were_training = [base.encoders[i].training for i in range(n)]
     for i in indices:
         base.encoders[i].eval()
+    state = _distributed_state()
+    if state is not None and cache_file_name is None and not dataset.cache_files:
+        raise ValueError("Under several processes the features are computed once per machine and read from a cache "
+                         "file by the other processes: give `cache_dir` (a folder every process can read), or use a "
+                         "dataset stored on disk.")
     lengths = [max(len(ids) for ids in row) for row in dataset["input_ids"]]
     order = sorted(range(len(dataset)), key=lengths.__getitem__)
     inverse = sorted(range(len(order)), key=order.__getitem__)
     device_type = next(base.parameters()).device.type
     try:
-        with torch.autocast(device_type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+        with (
+            state.local_main_process_first() if state is not None else contextlib.nullcontext(),
+            torch.autocast(device_type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None),
+        ):
             encoded = dataset.select(order).map(
                 _encode_batch,
                 fn_kwargs={"base": base, "indices": indices, "pad_ids": pad_ids, "column": column,
@@ -193,13 +206,25 @@ def add_member_features(
                 features=features,
                 new_fingerprint=fingerprint,
                 cache_file_name=cache_file_name,
-                load_from_cache_file=load_from_cache_file,
+                # the other processes read what their machine's main process has just written
+                load_from_cache_file=load_from_cache_file if state is None or state.is_local_main_process else True,
                 desc=f"Caching features of members {[base.config.encoder_names[i] for i in indices]}",
             )
         return encoded.select(inverse)  # the original order (a view: no copy)
     finally:
         for i, was_training in enumerate(members_were_training):
             base.encoders[i].train(was_training)
+
+
+def _distributed_state():
+    """accelerate's process state when several processes run (torchrun, accelerate launch), else None."""
+    initialized = torch.distributed.is_available() and torch.distributed.is_initialized()
+    if not initialized and int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return None
+    from accelerate import PartialState
+
+    state = PartialState()
+    return state if state.num_processes > 1 else None
 
 
 def select_pooling(dataset: datasets.Dataset, pooling: str, column: str = FEATURES_COLUMN) -> datasets.Dataset:

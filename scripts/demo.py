@@ -18,6 +18,7 @@ import argparse
 import os
 import time
 
+import torch
 from transformers import AutoModelForSequenceClassification, pipeline
 
 from hf_multiencoder import load_task
@@ -53,6 +54,7 @@ def main() -> None:
                          max_length=64, cache_dir=os.path.join(args.output_dir, "feature_cache"))
     say(f"Members done in {frozen.seconds:.0f}s (read back from the cache on a rerun). Training a head per row, "
         f"{len(args.seeds)} seeds each, {args.epochs} epochs, on the stored sentence vectors ...")
+    torch.set_num_threads(1)  # a head's steps are tiny: more threads only wait on each other
     table, dme = {}, None
     for row, (members, fusion) in ROWS.items():
         runs = [train_head(frozen, members, fusion=fusion, pooling="mean", seed=seed, epochs=args.epochs,

@@ -34,6 +34,7 @@ from hf_multiencoder.sentence_embeddings import (  # noqa: E402
     sts_spearman,
     to_sentence_transformer,
 )
+from hf_multiencoder.testing_utils import run_without_package  # noqa: E402
 
 NAMES = ["bert", "roberta", "distil"]
 SENTENCES = ["He can will go", "the cat sat on the mat quickly", "a dog", "Somebody just left new york."]
@@ -119,14 +120,15 @@ def test_bad_inputs(tiny_paths, tokenizer, tmp_path):
 
 
 @pytest.mark.slow  # a subprocess or a compile: run by `make test`, skipped by `make test-fast`
-def test_loads_without_the_package(saved, python_without_package):
+def test_loads_without_the_package(saved, tmp_path):
     """A fresh interpreter that cannot import hf_multiencoder loads the folder with sentence-transformers."""
     folder, expected = saved
-    result = python_without_package(f"""
+    result = run_without_package(f"""
+        import json
         from sentence_transformers import SentenceTransformer
         st = SentenceTransformer({folder!r}, trust_remote_code=True, device="cpu")
         print(json.dumps({{"module": type(st[0]).__module__, "embeddings": st.encode({SENTENCES!r}).tolist()}}))
-    """)
+    """, tmp_path)
     assert result["module"].startswith("transformers_modules.")
     np.testing.assert_allclose(np.array(result["embeddings"]), expected, atol=1e-5)
 
@@ -239,7 +241,7 @@ def test_sts_script_zero_shot_fine_tune_and_resume(tiny_paths, shared_data, tmp_
 
 @pytest.mark.slow  # the real pair, three fresh interpreters
 @pytest.mark.real_encoders
-def test_readme_embedding_example_runs_verbatim(tmp_path, python_without_package):
+def test_readme_embedding_example_runs_verbatim(tmp_path):
     """The README's sentence-embedding example with the real MiniLM + MPNet: it prints what it claims, and the saved
     folder gives the same vectors in sentence-transformers where hf_multiencoder is not installed."""
     from test_real_encoders import _missing_encoders, readme_block
@@ -256,6 +258,6 @@ def test_readme_embedding_example_runs_verbatim(tmp_path, python_without_package
     similarity = torch.tensor(ast.literal_eval(lines[1].removeprefix("tensor(").removesuffix(")")))
     assert similarity.shape == (1, 2) and similarity[0, 0] > similarity[0, 1]  # "Hi!" is nearer than the weather
     emb = np.array(json.loads(lines[-1]))
-    elsewhere = python_without_package(readme_block("embeddings-elsewhere") + "\nprint(json.dumps(st.encode(["
-                                       "'Well, hello there']).tolist()))\n")
+    elsewhere = run_without_package("import json\n" + readme_block("embeddings-elsewhere") +
+                                    "\nprint(json.dumps(st.encode(['Well, hello there']).tolist()))\n", tmp_path)
     np.testing.assert_allclose(np.array(elsewhere), emb[:1], atol=1e-5)
