@@ -13,7 +13,7 @@ $(VENV)/.installed: setup.py pyproject.toml
 	$(PIP) install -q --upgrade pip
 	# torch first and pinned: 2.13.0 is the local CPU wheel; anything else pulls GBs of CUDA wheels.
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e ".[dev,plot]" torch==2.13.0
+	$(PIP) install -q -e ".[dev,plot,peft,sentence-transformers]" torch==2.13.0
 	touch $@
 
 install: $(VENV)/.installed

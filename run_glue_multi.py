@@ -42,6 +42,7 @@ from hf_multiencoder.adaptation import adapt_members, default_training_arguments
 from hf_multiencoder.corpus import build_corpus, task_texts
 from hf_multiencoder.data import load_task, tokenize_task
 from hf_multiencoder.feature_cache import CachedFeaturesCollator, add_member_features
+from hf_multiencoder.lora import get_multiencoder_lora_model, merge_lora_after_training
 from hf_multiencoder.metrics import build_compute_metrics, fusion_weights_from_metrics
 from hf_multiencoder.model_card import MultiEncoderModelCardData, save_seeds_card
 from hf_multiencoder.modeling_multiencoder import word_tags
@@ -88,6 +89,21 @@ class ModelArguments:
         default=None, metadata={"help": "Members to freeze, by index or name (head-only baseline)."}
     )
     cache_dir: str | None = field(default=None, metadata={"help": "Where to store downloaded checkpoints."})
+    lora_r: int | None = field(
+        default=None, metadata={"help": "Train LoRA adapters of this rank in the members' attention (needs peft) "
+                                        "instead of the members' weights; fusion and head train fully. The output "
+                                        "folder holds the merged model, the adapters are in its adapter/."}
+    )
+    lora_alpha: float | None = field(default=None, metadata={"help": "LoRA scale alpha (default 2 * lora_r)."})
+    lora_dropout: float = field(default=0.0, metadata={"help": "Dropout on the LoRA path."})
+    lora_members: list[str] | None = field(
+        default=None, metadata={"help": "Members that get LoRA, by index or name (default: all not frozen); the "
+                                        "others stay frozen."}
+    )
+    lora_target_modules: list[str] | None = field(
+        default=None, metadata={"help": "Regex over module names inside a member (re.fullmatch), one for all or one "
+                                        "per LoRA member (default: each member's attention query and value)."}
+    )
     adaptive_mlm_epochs: float = field(
         default=0.0, metadata={"help": "Task-adaptive pretraining first: epochs of masked-LM adaptation of the "
                                        "members on the task's training texts (0: none). See run_mlm_multi.py."}
@@ -104,6 +120,12 @@ class ModelArguments:
     def __post_init__(self):
         if not self.encoders and not self.model_name_or_path:
             raise ValueError("Give `encoders` (a list of member checkpoints) or `model_name_or_path`.")
+        if self.lora_r is None:
+            given = [name for name in ("lora_alpha", "lora_members", "lora_target_modules") if getattr(self, name)]
+            if given:
+                raise ValueError(f"--{given[0]} is a LoRA option: give --lora_r too.")
+        elif self.lora_r < 1:
+            raise ValueError(f"--lora_r must be a positive rank, got {self.lora_r}.")
         if len(self.pooling) == 1:
             self.pooling = self.pooling[0]
         if self.encoder_dropout is not None and len(self.encoder_dropout) == 1:
@@ -178,7 +200,7 @@ def config_to_argv(config: dict) -> list[str]:
 
 def config_file_argv(parser: HfArgumentParser, argv: list[str]) -> list[str]:
     """A leading YAML/JSON config file becomes arguments (the command line after it wins); unknown keys are an error.
-    run_mlm_multi.py reads its config files the same way."""
+    run_mlm_multi.py and run_multitask.py read their config files the same way."""
     if argv and argv[0].endswith((".yaml", ".yml", ".json")):
         path = argv.pop(0)
         if not os.path.isfile(path):
@@ -195,18 +217,27 @@ def config_file_argv(parser: HfArgumentParser, argv: list[str]) -> list[str]:
     return argv
 
 
-def parse_args(argv: list[str] | None = None):
-    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments), description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
-    argv = config_file_argv(parser, list(sys.argv[1:] if argv is None else argv))
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+def metric_for_best_model_given(argv: list[str]) -> bool:
+    return any(a == "--metric_for_best_model" or a.startswith("--metric_for_best_model=") for a in argv)
+
+
+def default_to_train_and_eval(training_args, argv: list[str]) -> None:
+    """No --do_train, --do_eval or --do_predict on the command line: train and evaluate."""
     given = {a.split("=", 1)[0] for a in argv}
     if not given & {"--do_train", "--do_eval", "--do_predict"}:
         # no action asked for (TrainingArguments turns do_eval on by itself when an eval_strategy is set): a task
         # given means train and evaluate, not an evaluation of untrained heads
         training_args.do_train = training_args.do_eval = True
         logger.warning("Neither --do_train, --do_eval nor --do_predict given: training and evaluating.")
-    if not any(a == "--metric_for_best_model" or a.startswith("--metric_for_best_model=") for a in argv):
+
+
+def parse_args(argv: list[str] | None = None):
+    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments), description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    argv = config_file_argv(parser, list(sys.argv[1:] if argv is None else argv))
+    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    default_to_train_and_eval(training_args, argv)
+    if not metric_for_best_model_given(argv):
         # TrainingArguments picks "loss" whenever load_best_model_at_end is set; unless asked otherwise, the best
         # checkpoint is the task's (main() sets it once the task is known: MCC for CoLA, Spearman for STS-B, ...).
         training_args.metric_for_best_model = None
@@ -272,21 +303,45 @@ def build_model(model_args: ModelArguments, spec: TaskSpec):
     if model_args.model_name_or_path:
         return model_cls.from_pretrained(model_args.model_name_or_path, cache_dir=model_args.cache_dir,
                                          **label_kwargs)
-    return model_cls.from_encoders(
-        model_args.encoders,
-        encoder_names=model_args.encoder_names,
-        encoder_kwargs={"cache_dir": model_args.cache_dir} if model_args.cache_dir else None,
-        fusion=model_args.fusion,
-        fusion_dim=model_args.fusion_dim,
-        fusion_gating=model_args.fusion_gating,
-        fusion_layer_norm=model_args.fusion_layer_norm,
-        fusion_dropout=model_args.fusion_dropout,
-        pooling=model_args.pooling,
-        word_pooling=model_args.word_pooling,
-        encoder_dropout=model_args.encoder_dropout,
-        classifier_dropout=model_args.classifier_dropout,
-        **label_kwargs,
-    )
+    return model_cls.from_encoders(model_args.encoders, **from_encoders_kwargs(model_args), **label_kwargs)
+
+
+def from_encoders_kwargs(model_args: ModelArguments) -> dict:
+    """The `from_encoders` arguments the model arguments set: member names and the fusion, pooling and dropout
+    options."""
+    return {
+        "encoder_names": model_args.encoder_names,
+        "encoder_kwargs": {"cache_dir": model_args.cache_dir} if model_args.cache_dir else None,
+        "fusion": model_args.fusion,
+        "fusion_dim": model_args.fusion_dim,
+        "fusion_gating": model_args.fusion_gating,
+        "fusion_layer_norm": model_args.fusion_layer_norm,
+        "fusion_dropout": model_args.fusion_dropout,
+        "pooling": model_args.pooling,
+        "word_pooling": model_args.word_pooling,
+        "encoder_dropout": model_args.encoder_dropout,
+        "classifier_dropout": model_args.classifier_dropout,
+    }
+
+
+def add_lora(model, model_args: ModelArguments, training_args, frozen: list[int]):
+    """LoRA in the members' attention (peft), fusion and head trained fully; members not named stay frozen."""
+    if training_args.fsdp:
+        raise ValueError("--lora_r with FSDP is not supported: LoRA leaves the members frozen, so DDP (torchrun) "
+                         "holds the model on every GPU at a fraction of full fine-tuning's memory.")
+    config = model.config
+    members = [config.encoder_index(m) for m in model_args.lora_members] if model_args.lora_members else [
+        i for i in range(config.num_encoders) if i not in frozen]
+    both = [config.encoder_names[i] for i in members if i in frozen]
+    if both:
+        raise ValueError(f"Members {both} are both frozen (--freeze_encoders) and given LoRA (--lora_members).")
+    model = get_multiencoder_lora_model(model, r=model_args.lora_r, lora_alpha=model_args.lora_alpha,
+                                        members=members, target_modules=model_args.lora_target_modules,
+                                        lora_dropout=model_args.lora_dropout)
+    trainable, total = model.get_nb_trainable_parameters()
+    logger.info(f"LoRA on members {[config.encoder_names[i] for i in members]}: {trainable:,} of {total:,} "
+                f"parameters train ({100 * trainable / total:.2f}%)")
+    return model
 
 
 def build_tokenizer(model_args: ModelArguments):
@@ -399,14 +454,38 @@ def build_trainer(model_args, data_args, training_args, spec, tokenizer, tokeniz
     )
 
 
+def train_and_save(trainer, training_args, before_save=None) -> dict:
+    """Train (from scratch, or resuming as `--resume_from_checkpoint` says), run `before_save(trainer)` if given (e.g.
+    merging LoRA adapters, so that what is saved is what a user deploys), refuse non-finite weights, then save the
+    model, the train metrics and the trainer state, as run_glue.py does. Returns the train metrics."""
+    checkpoint = resolve_resume(training_args.output_dir, training_args.resume_from_checkpoint)
+    if checkpoint is not None:
+        logger.warning(f"Resuming from {checkpoint}")
+    train_result = trainer.train(resume_from_checkpoint=checkpoint)
+    if before_save is not None:
+        before_save(trainer)
+    bad = [n for n, p in trainer.model.named_parameters() if not torch.isfinite(p).all()]
+    if bad:
+        raise FloatingPointError(f"Training left non-finite weights ({bad[:3]}...); nothing was saved as the result.")
+    trainer.save_model()
+    metrics = dict(train_result.metrics, train_samples=len(trainer.train_dataset))
+    trainer.log_metrics("train", metrics)
+    trainer.save_metrics("train", metrics)
+    trainer.save_state()
+    return metrics
+
+
 def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokenized):
     """One run, one seed. Returns its result (for results.json) and its model card data."""
     set_seed(training_args.seed)
     model = build_model(model_args, spec)
     tokenizer.check_model(model)
+    frozen = []
     if model_args.freeze_encoders:
         frozen = freeze_encoders(model, model_args.freeze_encoders)
         logger.info(f"Frozen members: {[model.config.encoder_names[i] for i in frozen]}")
+    if model_args.lora_r:
+        model = add_lora(model, model_args, training_args, frozen)
     model.to(training_args.device)  # before the optimizer, so that it can use the fused CUDA kernel
     if model_args.freeze_encoders and model_args.frozen_feature_cache:
         tokenized = datasets.DatasetDict({
@@ -416,7 +495,6 @@ def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokeni
     trainer.model_card_data.set_data_limits(train=data_args.max_train_samples, eval=data_args.max_eval_samples)
     examples = example_inputs(raw, spec, data_args)
     trainer.model_card_data.set_example_inputs(examples)
-    train_dataset = trainer.train_dataset
     eval_splits = [s for s in spec.validation_splits if s in tokenized]
     eval_datasets = {s: tokenized[s] for s in eval_splits}
     main_key = f"eval_{spec.main_metric}"
@@ -424,21 +502,11 @@ def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokeni
     start = time.time()
     history = []
     if training_args.do_train:
-        checkpoint = resolve_resume(training_args.output_dir, training_args.resume_from_checkpoint)
-        if checkpoint is not None:
-            logger.warning(f"Resuming from {checkpoint}")
-        train_result = trainer.train(resume_from_checkpoint=checkpoint)
+        train_and_save(trainer, training_args, before_save=merge_lora_after_training if model_args.lora_r else None)
         # the per-epoch scores, before the evaluations below (which, with load_best_model_at_end, score the best)
         history = epoch_scores(trainer.state.log_history, main_key)
-        bad = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
-        if bad:
-            raise FloatingPointError(f"Training left non-finite weights ({bad[:3]}...); nothing was saved as the "
-                                     f"result.")
-        trainer.save_model()
-        metrics = dict(train_result.metrics, train_samples=len(train_dataset))
-        trainer.log_metrics("train", metrics)
-        trainer.save_metrics("train", metrics)
-        trainer.save_state()
+        if model_args.lora_r:  # output_dir: the merged model (what a user deploys); output_dir/adapter: adapters
+            model = trainer.model
     result["train_seconds"] = round(time.time() - start, 1)
 
     all_eval = {}
@@ -459,23 +527,24 @@ def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokeni
             "final_epoch_score": history[-1] if history else final_metrics[main_key],
             "score": final_metrics[main_key],
         })
-        report = fusion_report(model, tokenizer, spec, final_metrics,
-                               examples, training_args.output_dir,
-                               max_length=data_args.max_seq_length)
-        result["fusion"] = report
-        trainer.model_card_data.set_fusion_examples(report["examples"])
-        text = format_fusion_report(report)
-        if text:
-            print(f"\nFusion weights ({training_args.output_dir}):\n{text}", flush=True)
+        if trainer.is_world_process_zero():  # the metrics are gathered from every process: report them once
+            report = fusion_report(model, tokenizer, spec, final_metrics,
+                                   examples, training_args.output_dir,
+                                   max_length=data_args.max_seq_length)
+            result["fusion"] = report
+            trainer.model_card_data.set_fusion_examples(report["examples"])
+            text = format_fusion_report(report)
+            if text:
+                print(f"\nFusion weights ({training_args.output_dir}):\n{text}", flush=True)
 
     if training_args.do_predict and "test" in tokenized:
         test = tokenized["test"]
         if spec.kind != "token" and "label" in test.column_names:
             test = test.remove_columns("label")  # unlabelled (-1) in GLUE test files
-        predictions = trainer.predict(test, metric_key_prefix="predict").predictions
+        predictions = trainer.predict(test, metric_key_prefix="predict").predictions  # gathered from every process
         logits = predictions[0] if isinstance(predictions, tuple) else predictions
         path = os.path.join(training_args.output_dir, "predict_results.txt")
-        with open(path, "w") as f:
+        with open(path if trainer.is_world_process_zero() else os.devnull, "w") as f:
             f.write("index\tprediction\n")
             if spec.kind == "token":  # one tag per word of each sentence (padding and cut-off words handled)
                 word_mask = predictions[-1]
@@ -549,27 +618,58 @@ def print_summary(table: dict, results: list[dict], spec: TaskSpec) -> None:
     print("\n".join(lines), flush=True)
 
 
-def main(argv: list[str] | None = None) -> dict:
-    model_args, data_args, training_args = parse_args(argv)
+def setup_run(training_args, script_logger: logging.Logger) -> None:
+    """Log to stdout at the Trainer's process log level (as run_glue.py); no memory pinning without a GPU."""
     logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", datefmt="%H:%M:%S",
                         handlers=[logging.StreamHandler(sys.stdout)])
     log_level = training_args.get_process_log_level()
-    logger.setLevel(log_level)
+    script_logger.setLevel(log_level)
     transformers.utils.logging.set_verbosity(log_level)
     datasets.utils.logging.set_verbosity(max(log_level, logging.WARNING))
     if not torch.cuda.is_available():
         training_args.dataloader_pin_memory = False  # nothing to pin to (and no warning about it)
 
-    seeds = data_args.seeds or [training_args.seed]
-    base_output = training_args.output_dir
+
+def seed_output_dir(base_output: str, seed: int, seeds: list[int]) -> str:
+    return os.path.join(base_output, f"seed_{seed}") if len(seeds) > 1 else base_output
+
+
+def prepare_run_folders(base_output: str, seeds: list[int], run_args: dict, training_args, overwrite: bool) -> bool:
+    """Check the run folders before any work: an empty (or new) output folder, or, when resuming, the same model and
+    data arguments as the run being resumed. Returns whether the run resumes."""
     resuming = training_args.do_train and training_args.resume_from_checkpoint not in (None, "", "false", "False")
-    run_args = run_arguments(model_args, data_args, training_args)
     if resuming:
         for seed in seeds:
-            folder = os.path.join(base_output, f"seed_{seed}") if len(seeds) > 1 else base_output
-            check_resume_args(folder, {**run_args, "training.seed": seed}, [k for k in run_args if k.startswith(
-                ("model.", "data."))] + ["training.seed"])
-    prepare_output_dir(base_output, overwrite=data_args.overwrite_output_dir, resuming=resuming)
+            check_resume_args(seed_output_dir(base_output, seed, seeds), {**run_args, "training.seed": seed},
+                              [k for k in run_args if k.startswith(("model.", "data."))] + ["training.seed"])
+    # one process prepares the folder (under torchrun every process runs this script), the others wait for it
+    with training_args.main_process_first(local=False, desc="preparing the output folder"):
+        if training_args.process_index == 0:
+            prepare_output_dir(base_output, overwrite=overwrite, resuming=resuming)
+    return resuming
+
+
+def start_seed_run(training_args, base_output: str, seed: int, seeds: list[int], run_args: dict, resuming: bool,
+                   overwrite: bool) -> None:
+    """Point `training_args` at one seed's folder (prepared by the main process, with its run_args.json, unless
+    resuming)."""
+    training_args.seed = seed
+    training_args.output_dir = seed_output_dir(base_output, seed, seeds)
+    with training_args.main_process_first(local=False, desc="preparing the run folder"):
+        if not resuming and training_args.process_index == 0:
+            prepare_output_dir(training_args.output_dir, overwrite=overwrite)
+            write_run_args(training_args.output_dir, {**run_args, "training.seed": seed})
+    logger.info(f"=== seed {seed}: output in {training_args.output_dir}")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    model_args, data_args, training_args = parse_args(argv)
+    setup_run(training_args, logger)
+
+    seeds = data_args.seeds or [training_args.seed]
+    base_output = training_args.output_dir
+    run_args = run_arguments(model_args, data_args, training_args)
+    resuming = prepare_run_folders(base_output, seeds, run_args, training_args, data_args.overwrite_output_dir)
 
     raw, spec = load_data(data_args)
     if training_args.metric_for_best_model is None:
@@ -583,19 +683,16 @@ def main(argv: list[str] | None = None) -> dict:
 
     results, card_data = [], None
     for seed in seeds:
-        training_args.seed = seed
-        training_args.output_dir = os.path.join(base_output, f"seed_{seed}") if len(seeds) > 1 else base_output
-        if not resuming:
-            prepare_output_dir(training_args.output_dir, overwrite=data_args.overwrite_output_dir)
-            write_run_args(training_args.output_dir, {**run_args, "training.seed": seed})
+        start_seed_run(training_args, base_output, seed, seeds, run_args, resuming, data_args.overwrite_output_dir)
         if model_args.adaptive_mlm_epochs and not results:  # once, into the run's folder, before the first tuning
             adapt_before_tuning(model_args, data_args, training_args, raw, spec, base_output)
-        logger.info(f"=== seed {seed}: output in {training_args.output_dir}")
         result, card_data = train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokenized)
         results.append(result)
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     training_args.output_dir = base_output
+    if training_args.process_index != 0:
+        return {}  # the results were gathered: the main process writes and prints them
     table = write_results_table(results, spec, model_args, base_output) if training_args.do_eval else {}
     if table:
         print_summary(table, results, spec)

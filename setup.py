@@ -27,5 +27,7 @@ setup(
         "dev": ["pytest>=8", "ruff>=0.5", "tensorboard>=2.14"],
         "tensorboard": ["tensorboard>=2.14"],
         "plot": ["matplotlib>=3.7"],
+        "peft": ["peft>=0.13"],  # LoRA on the members (hf_multiencoder.lora, run_glue_multi.py --lora_r)
+        "sentence-transformers": ["sentence-transformers>=6.0,<7"],
     },
 )

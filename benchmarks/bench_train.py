@@ -101,6 +101,8 @@ class BenchmarkArguments:
     skip_pipeline: bool = field(default=False, metadata={"help": "Do not time pipeline()."})
     skip_cache: bool = field(default=False, metadata={"help": "Do not time the frozen / feature-cache runs."})
     seed: int = field(default=42, metadata={"help": "Seed for the data subset and the models."})
+    repeats: int | None = field(default=None, metadata={
+        "help": "Timed training windows per contestant, interleaved A B C ... C B A ... (CPU 4, CUDA 3, tiny 2)."})
     out: str | None = field(default=None, metadata={
         "help": "JSON result path (default benchmarks/results/<device>[_bf16][_tiny].json); .md next to it."})
 
@@ -125,11 +127,12 @@ class BenchmarkArguments:
         if self.tiny:
             self.max_seq_length = min(self.max_seq_length, 60)  # the tiny members have 64 positions
         on_cuda = self.device == "cuda"
-        defaults = (4, 1, 64, 8) if self.tiny else ((50, 10, None, 256) if on_cuda else (10, 2, 512, 32))
+        defaults = (4, 1, 64, 8, 2) if self.tiny else ((50, 10, None, 256, 3) if on_cuda else (10, 2, 512, 32, 4))
         self.steps = self.steps or defaults[0]
         self.warmup = defaults[1] if self.warmup is None else self.warmup
         self.eval_samples = self.eval_samples or defaults[2]
         self.pipeline_samples = defaults[3] if self.pipeline_samples is None else self.pipeline_samples
+        self.repeats = self.repeats or defaults[4]
         if self.steps < 1 or self.warmup < 1:
             raise ValueError("`steps` and `warmup` must be at least 1 (the clock starts at the end of the warm-up).")
         if self.out is None:
@@ -208,34 +211,48 @@ class Entry:
     members: list[str]
     fusion: str | None = None
     result: dict = field(default_factory=dict)
+    # what the timed windows need, kept for the whole run (the contestants take turns)
+    model: object = None
+    tokenizer: object = None
+    train_ds: object = None
+    collator: object = None
+    windows: list[dict] = field(default_factory=list)
 
 
-def train_and_time(args, entry: Entry, model, tokenizer, train_ds, collator, workdir) -> Trainer:
-    multi = entry.kind != "plain"
+def train_window(args, entry: Entry, workdir) -> Trainer:
+    """One timed window: a fresh Trainer (and optimizer) on the contestant's model, `warmup` untimed steps, then
+    `steps` timed ones. Appends the window's figures to `entry.windows`."""
     timer = StepTimer(args.warmup, args.steps, args.device)
-    targs = training_arguments(args, os.path.join(workdir, entry.name.replace("/", "_")), multi,
+    targs = training_arguments(args, os.path.join(workdir, entry.name.replace("/", "_")), entry.kind != "plain",
                                args.warmup + args.steps)
-    trainer = Trainer(model=model, args=targs, train_dataset=train_ds, processing_class=tokenizer,
-                      data_collator=collator, callbacks=[timer])
+    trainer = Trainer(model=entry.model, args=targs, train_dataset=entry.train_ds, processing_class=entry.tokenizer,
+                      data_collator=entry.collator, callbacks=[timer])
     trainer.remove_callback(PrinterCallback)  # keep the console to our own lines
     with PeakMemory(args.device) as mem:
         trainer.train()
-    seconds = timer.seconds
-    samples = args.steps * args.batch_size
     step_ms = [(b - a) * 1000 for a, b in zip(timer.step_ends[args.warmup - 1:], timer.step_ends[args.warmup:])]
+    entry.windows.append({"samples_per_second": args.steps * args.batch_size / timer.seconds,
+                          "step_ms": timer.seconds / args.steps * 1000, "step_ms_each": step_ms,
+                          "peak_mb": mem.result["peak_mb"], "memory": mem.result})
+    return trainer
+
+
+def finish_train_result(args, entry: Entry) -> None:
+    """The windows' figures as the entry's training result: medians over windows, and their spread."""
+    windows = entry.windows
+    sps = [w["samples_per_second"] for w in windows]
     entry.result["train"] = {
-        "samples_per_second": samples / seconds,
-        "step_ms": seconds / args.steps * 1000,
-        "step_ms_median": statistics.median(step_ms),  # robust to a busy neighbour; CUDA: between step ends
-        "step_ms_each": step_ms,
+        "samples_per_second": statistics.median(sps),
+        "samples_per_second_windows": sps,
+        "step_ms": statistics.median(w["step_ms"] for w in windows),
+        "step_ms_median": statistics.median(ms for w in windows for ms in w["step_ms_each"]),
         "timed_steps": args.steps,
         "warmup_steps": args.warmup,
-        "timed_seconds": seconds,
-        "memory": mem.result,
-        "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
-        "parameters": sum(p.numel() for p in model.parameters()),
+        "windows": len(windows),
+        "memory": max((w["memory"] for w in windows), key=lambda m: m["peak_mb"]),
+        "trainable_parameters": sum(p.numel() for p in entry.model.parameters() if p.requires_grad),
+        "parameters": sum(p.numel() for p in entry.model.parameters()),
     }
-    return trainer
 
 
 def evaluate_and_time(args, entry: Entry, trainer: Trainer, eval_ds, collator) -> None:
@@ -312,12 +329,17 @@ def environment(args: BenchmarkArguments) -> tuple[str, dict]:
     return device, versions
 
 
-def run(args: BenchmarkArguments) -> dict:
+def start_run(args: BenchmarkArguments, prefix: str) -> str:
+    """A benchmark's set-up: `--threads`, no progress bars or library logs; returns a fresh work folder."""
     if args.threads:
         torch.set_num_threads(args.threads)
     datasets.disable_progress_bars()
     transformers.logging.set_verbosity_error()
-    workdir = tempfile.mkdtemp(prefix="bench_train_")
+    return tempfile.mkdtemp(prefix=prefix)
+
+
+def run(args: BenchmarkArguments) -> dict:
+    workdir = start_run(args, "bench_train_")
     members = build_tiny_members(os.path.join(workdir, "tiny")) if args.tiny else list(args.members)
     spec = get_task(args.task)
     train_raw, dev_raw, source = load_splits(args)
@@ -330,89 +352,78 @@ def run(args: BenchmarkArguments) -> dict:
     entries: list[Entry] = []
     started = time.perf_counter()
 
-    def log(entry: Entry) -> None:
-        r = entry.result
-        train = r.get("train", {})
-        print(f"[bench] {entry.name}: train {train.get('samples_per_second', float('nan')):.1f} samples/s, "
-              f"eval {r.get('eval', {}).get('samples_per_second', float('nan')):.1f} samples/s "
-              f"({time.perf_counter() - started:.0f}s elapsed)", flush=True)
-
-    def measure_multi(entry: Entry, model, tokenizer, inference: bool = True, cache: bool = False) -> None:
-        train_ds = tokenize_task(train_raw, spec, tokenizer, args.max_seq_length)
-        collator = MultiEncoderDataCollator(tokenizer, pad_to_multiple_of=args.pad_to_multiple_of)
-        if cache:
-            model.to(args.device)
+    def add(entry: Entry, model, tokenizer, cache: bool = False) -> None:
+        """Prepare a contestant: its model, tokenized data and collator (and, for `cached`, its feature cache)."""
+        entry.model, entry.tokenizer = model.to(args.device), tokenizer
+        entry.train_ds = tokenize_task(train_raw, spec, tokenizer, args.max_seq_length)
+        if entry.kind == "plain":
+            entry.collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=args.pad_to_multiple_of)
+        elif cache:
             synchronize(args.device)
             start = time.perf_counter()
-            train_ds = add_member_features(train_ds, model, members=list(range(len(entry.members))),
-                                           batch_size=64, cache_dir=os.path.join(workdir, "feature_cache"))
+            entry.train_ds = add_member_features(entry.train_ds, model, members=list(range(len(entry.members))),
+                                                 batch_size=64, cache_dir=os.path.join(workdir, "feature_cache"))
             synchronize(args.device)
-            entry.result["cache_build"] = {"seconds": time.perf_counter() - start, "examples": len(train_ds)}
-            collator = CachedFeaturesCollator(tokenizer, pad_to_multiple_of=args.pad_to_multiple_of)
-        entry.result["collate_ms_per_batch"] = time_collator(collator, train_ds.remove_columns("length"),
+            entry.result["cache_build"] = {"seconds": time.perf_counter() - start, "examples": len(entry.train_ds)}
+            entry.collator = CachedFeaturesCollator(tokenizer, pad_to_multiple_of=args.pad_to_multiple_of)
+        else:
+            entry.collator = MultiEncoderDataCollator(tokenizer, pad_to_multiple_of=args.pad_to_multiple_of)
+        entry.result["collate_ms_per_batch"] = time_collator(entry.collator, entry.train_ds.remove_columns("length"),
                                                              args.batch_size)
-        trainer = train_and_time(args, entry, model, tokenizer, train_ds, collator, workdir)
-        if inference:
-            eval_ds = tokenize_task(dev_raw, spec, tokenizer, args.max_seq_length)
-            evaluate_and_time(args, entry, trainer, eval_ds, collator)
-            pipeline_and_time(args, entry, model, tokenizer, texts)
-        del trainer
-        cleanup()
+        entries.append(entry)
 
-    # 1. each member alone: the stock AutoModelForSequenceClassification and the one-member plugin
+    # the contestants: each member alone (the stock model, and the one-member plugin), the members fused, and the
+    # fused model with every member frozen, run at every step or read from the feature cache
     for member in members:
         name = short_name(member)
         set_seed(args.seed)
-        tokenizer = AutoTokenizer.from_pretrained(member)
-        model = AutoModelForSequenceClassification.from_pretrained(member, num_labels=2)
-        entry = Entry(f"plain/{name}", "plain", [member])
-        collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=args.pad_to_multiple_of)
-        train_ds = tokenize_task(train_raw, spec, tokenizer, args.max_seq_length)
-        entry.result["collate_ms_per_batch"] = time_collator(collator, train_ds.remove_columns("length"),
-                                                             args.batch_size)
-        trainer = train_and_time(args, entry, model, tokenizer, train_ds, collator, workdir)
-        eval_ds = tokenize_task(dev_raw, spec, tokenizer, args.max_seq_length)
-        evaluate_and_time(args, entry, trainer, eval_ds, collator)
-        pipeline_and_time(args, entry, model, tokenizer, texts)
-        entries.append(entry)
-        log(entry)
-        del trainer, model, train_ds, eval_ds
-        cleanup()
-
+        add(Entry(f"plain/{name}", "plain", [member]),
+            AutoModelForSequenceClassification.from_pretrained(member, num_labels=2),
+            AutoTokenizer.from_pretrained(member))
         set_seed(args.seed)
-        tokenizer = MultiEncoderTokenizer.from_encoders([member])
-        model = MultiEncoderForSequenceClassification.from_encoders([member], fusion=args.single_fusion, num_labels=2)
-        entry = Entry(f"plugin/{name}", "plugin", [member], args.single_fusion)
-        measure_multi(entry, model, tokenizer)
-        entries.append(entry)
-        log(entry)
-        del model
-        cleanup()
-
-    # 2. all members together
+        add(Entry(f"plugin/{name}", "plugin", [member], args.single_fusion),
+            MultiEncoderForSequenceClassification.from_encoders([member], fusion=args.single_fusion, num_labels=2),
+            MultiEncoderTokenizer.from_encoders([member]))
     tokenizer = MultiEncoderTokenizer.from_encoders(members)
     for fusion in args.fusions:
         set_seed(args.seed)
-        model = MultiEncoderForSequenceClassification.from_encoders(members, fusion=fusion, num_labels=2)
-        entry = Entry(f"fused/{fusion}", "fused", members, fusion)
-        measure_multi(entry, model, tokenizer)
-        entries.append(entry)
-        log(entry)
-        del model
-        cleanup()
-
-    # 3. every member frozen (only fusion + head train): members run at every step, or read from the cache
+        add(Entry(f"fused/{fusion}", "fused", members, fusion),
+            MultiEncoderForSequenceClassification.from_encoders(members, fusion=fusion, num_labels=2), tokenizer)
     if not args.skip_cache:
         for kind in ("frozen", "cached"):
             set_seed(args.seed)
             model = MultiEncoderForSequenceClassification.from_encoders(members, fusion="dme", num_labels=2)
             freeze_encoders(model, list(range(len(members))))
-            entry = Entry(f"{kind}/dme", kind, members, "dme")
-            measure_multi(entry, model, tokenizer, inference=False, cache=kind == "cached")
-            entries.append(entry)
-            log(entry)
-            del model
+            add(Entry(f"{kind}/dme", kind, members, "dme"), model, tokenizer, cache=kind == "cached")
+
+    # timed training windows, interleaved: A B C ... then ... C B A, so that a drift of the machine's speed during the
+    # run hits every contestant alike; the ratios come from windows of the same round
+    for round_ in range(args.repeats):
+        for entry in (entries if round_ % 2 == 0 else entries[::-1]):
+            trainer = train_window(args, entry, workdir)
+            del trainer
             cleanup()
+        print(f"[bench] round {round_ + 1}/{args.repeats}: " + ", ".join(
+            f"{e.name} {e.windows[-1]['samples_per_second']:.1f}/s" for e in entries)
+            + f" ({time.perf_counter() - started:.0f}s elapsed)", flush=True)
+    for entry in entries:
+        finish_train_result(args, entry)
+
+    # inference: the evaluation loop and pipeline, once per contestant that predicts
+    for entry in entries:
+        if entry.kind in ("frozen", "cached"):
+            continue
+        trainer = Trainer(model=entry.model, args=training_arguments(args, os.path.join(workdir, "eval"),
+                                                                     entry.kind != "plain", 1),
+                          processing_class=entry.tokenizer, data_collator=entry.collator)
+        evaluate_and_time(args, entry, trainer, tokenize_task(dev_raw, spec, entry.tokenizer, args.max_seq_length),
+                          entry.collator)
+        pipeline_and_time(args, entry, entry.model, entry.tokenizer, texts)
+        del trainer
+        cleanup()
+    for entry in entries:
+        entry.model = entry.tokenizer = entry.train_ds = entry.collator = None
+    cleanup()
 
     results = summarize(args, entries, device, versions, source, len(train_raw), len(dev_raw))
     results["load_average"] = {"before": load_before,
@@ -429,21 +440,36 @@ def summarize(args, entries: list[Entry], device, versions, source, n_train, n_d
     by_name = {e.name: e for e in entries}
     members = next(e.members for e in entries if e.kind == "fused")
     names = [short_name(e.members[0]) for e in entries if e.kind == "plain"]
-    train_sps = {e.name: e.result["train"]["samples_per_second"] for e in entries}
     step_ms = {e.name: e.result["train"]["step_ms"] for e in entries}
     eval_sps = {e.name: e.result["eval"]["samples_per_second"] for e in entries if "eval" in e.result}
 
-    plugin_over_plain = {n: _ratio(train_sps[f"plugin/{n}"], train_sps[f"plain/{n}"]) for n in names}
+    # training ratios from the windows of the same round (neighbours in time), then their median and spread
+    sps = {e.name: [w["samples_per_second"] for w in e.windows] for e in entries}
+
+    def per_round(fn) -> dict:
+        values = [fn({name: v[r] for name, v in sps.items()}) for r in range(args.repeats)]
+        return {"median": statistics.median(values), "min": min(values), "max": max(values), "rounds": values}
+
+    plugin_rounds = {n: per_round(lambda x, n=n: x[f"plugin/{n}"] / x[f"plain/{n}"]) for n in names}
+    ratios = {
+        "plugin_over_plain": min(plugin_rounds.values(), key=lambda r: r["median"]),
+        "fused_over_sum": per_round(lambda x: (1 / x["fused/dme"]) / sum(1 / x[f"plain/{n}"] for n in names)),
+        "fused_over_slowest_plain": per_round(lambda x: x["fused/dme"] / min(x[f"plain/{n}"] for n in names)),
+    }
+    if "cached/dme" in by_name:
+        ratios["cached_over_uncached"] = per_round(lambda x: x["frozen/dme"] / x["cached/dme"])
     plugin_over_plain_eval = {n: _ratio(eval_sps[f"plugin/{n}"], eval_sps[f"plain/{n}"]) for n in names}
-    slowest_plain = min(train_sps[f"plain/{n}"] for n in names)
     slowest_plain_eval = min(eval_sps[f"plain/{n}"] for n in names)
     results = {
         "device": device,
-        "plugin_over_plain": min(plugin_over_plain.values()),
-        "plugin_over_plain_per_member": plugin_over_plain,
-        "fused_over_sum": _ratio(step_ms["fused/dme"], sum(step_ms[f"plain/{n}"] for n in names)),
-        "fused_over_slowest_plain": _ratio(train_sps["fused/dme"], slowest_plain),
+        "plugin_over_plain": ratios["plugin_over_plain"]["median"],
+        "plugin_over_plain_per_member": {n: r["median"] for n, r in plugin_rounds.items()},
+        "fused_over_sum": ratios["fused_over_sum"]["median"],
+        "fused_over_slowest_plain": ratios["fused_over_slowest_plain"]["median"],
         "cached_over_uncached": float("nan"),
+        "spread": {**ratios, "plugin_over_plain_per_member": plugin_rounds,
+                   "note": f"each ratio computed in each of {args.repeats} interleaved rounds (A B C ... / ... C B A);"
+                           " the headline value is their median"},
         "inference": {
             "plugin_over_plain_per_member": plugin_over_plain_eval,
             "plugin_over_plain": min(plugin_over_plain_eval.values()),
@@ -466,7 +492,7 @@ def summarize(args, entries: list[Entry], device, versions, source, n_train, n_d
         epoch_cached = step_ms["cached/dme"] * steps_per_epoch / 1000
         epoch_frozen = step_ms["frozen/dme"] * steps_per_epoch / 1000
         build = cached.result["cache_build"]["seconds"]
-        results["cached_over_uncached"] = _ratio(epoch_cached, epoch_frozen)
+        results["cached_over_uncached"] = ratios["cached_over_uncached"]["median"]  # epoch time, cached / not
         results["feature_cache"] = {
             "epoch_seconds_cached": epoch_cached,
             "epoch_seconds_uncached": epoch_frozen,
@@ -532,26 +558,29 @@ def markdown(results: dict) -> str:
             f"{'fails' if 'error' in batched else _fmt(batched.get('samples_per_second'))} |")
     inf = results["inference"]
     med = results["from_median_step"]
+    spread = results["spread"]
+
+    def row(label, key, per_member=None):
+        r = spread["plugin_over_plain_per_member"][per_member] if per_member else spread.get(key)
+        value = r["median"] if r else float("nan")
+        rng = f"{_fmt(r['min'], 3)} - {_fmt(r['max'], 3)}" if r else "-"
+        m = med["plugin_over_plain_per_member"][per_member] if per_member else med.get(key)
+        i = inf["plugin_over_plain_per_member"][per_member] if per_member else inf.get(key)
+        return f"| {label} | {_fmt(value, 3)} | {rng} | {_fmt(m, 3)} | {_fmt(i, 3) if i is not None else '-'} |"
+
     lines += [
         "",
-        "| ratio | training | training (median steps) | inference (eval loop) |",
-        "|---|---|---|---|",
-        f"| plugin_over_plain (min; throughput, 1-member plugin / plain member) | "
-        f"{_fmt(results['plugin_over_plain'], 3)} | {_fmt(med['plugin_over_plain'], 3)} | "
-        f"{_fmt(inf['plugin_over_plain'], 3)} |",
-    ]
-    for member, ratio in results["plugin_over_plain_per_member"].items():
-        lines.append(f"| plugin_over_plain[{member}] | {_fmt(ratio, 3)} | "
-                     f"{_fmt(med['plugin_over_plain_per_member'][member], 3)} | "
-                     f"{_fmt(inf['plugin_over_plain_per_member'][member], 3)} |")
-    lines += [
-        f"| fused_over_sum (step time, fused dme / sum of plain members) | {_fmt(results['fused_over_sum'], 3)} | "
-        f"{_fmt(med['fused_over_sum'], 3)} | {_fmt(inf['fused_over_sum'], 3)} |",
-        f"| fused_over_slowest_plain (throughput, fused dme / slowest plain member) | "
-        f"{_fmt(results['fused_over_slowest_plain'], 3)} | {_fmt(med['fused_over_slowest_plain'], 3)} | "
-        f"{_fmt(inf['fused_over_slowest_plain'], 3)} |",
-        f"| cached_over_uncached (epoch time, all members frozen, cached / not) | "
-        f"{_fmt(results['cached_over_uncached'], 3)} | {_fmt(med['cached_over_uncached'], 3)} | - |",
+        f"Training ratios: computed in each of {s['repeats']} interleaved rounds (the contestants take turns, the "
+        f"order reversed every round), then the median, with the rounds' range.",
+        "",
+        "| ratio | training (median of rounds) | rounds' range | training (median steps) | inference (eval loop) |",
+        "|---|---|---|---|---|",
+        row("plugin_over_plain (min; throughput, 1-member plugin / plain member)", "plugin_over_plain"),
+        *[row(f"plugin_over_plain[{member}]", None, per_member=member)
+          for member in results["plugin_over_plain_per_member"]],
+        row("fused_over_sum (step time, fused dme / sum of plain members)", "fused_over_sum"),
+        row("fused_over_slowest_plain (throughput, fused dme / slowest plain member)", "fused_over_slowest_plain"),
+        row("cached_over_uncached (epoch time, all members frozen, cached / not)", "cached_over_uncached"),
     ]
     if "feature_cache" in results:
         fc = results["feature_cache"]

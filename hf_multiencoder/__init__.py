@@ -16,6 +16,7 @@ from transformers import (
 )
 
 from .configuration_multiencoder import MultiEncoderConfig
+from .configuration_multiencoder_multitask import MultiEncoderMultiTaskConfig
 from .data_collator import MultiEncoderDataCollator
 from .fusion_multiencoder import FUSION_MAPPING, Fusion, build_fusion
 from .modeling_multiencoder import (
@@ -28,6 +29,7 @@ from .modeling_multiencoder import (
     MultiEncoderTokenClassifierOutput,
     mean_fusion_weights,
 )
+from .modeling_multiencoder_multitask import MultiEncoderForMultiTask, MultiEncoderMultiTaskModel
 from .optimization import create_multiencoder_optimizer, freeze_encoders
 from .tasks import TaskSpec, get_task, register_task
 from .tokenization_multiencoder import MultiEncoderBatch, MultiEncoderTokenizer
@@ -40,9 +42,13 @@ _LAZY_IMPORTS = {
     "MultiEncoderTrainer": "hub",
     "push_multiencoder_to_hub": "hub",
     "load_task": "data",
+    "MultiTaskTrainer": "multitask",
     "tokenize_task": "data",
     "adapt_members": "adaptation",
     "load_corpus": "corpus",
+    # sentence-transformers (an optional extra): imported only when these are used
+    "save_sentence_transformer": "sentence_embeddings",
+    "to_sentence_transformer": "sentence_embeddings",
 }
 
 
@@ -63,12 +69,17 @@ AutoModel.register(MultiEncoderConfig, MultiEncoderModel, exist_ok=True)
 AutoModelForSequenceClassification.register(MultiEncoderConfig, MultiEncoderForSequenceClassification, exist_ok=True)
 AutoModelForTokenClassification.register(MultiEncoderConfig, MultiEncoderForTokenClassification, exist_ok=True)
 AutoTokenizer.register(MultiEncoderConfig, tokenizer_class=MultiEncoderTokenizer, exist_ok=True)
+AutoConfig.register(MultiEncoderMultiTaskConfig.model_type, MultiEncoderMultiTaskConfig, exist_ok=True)
+AutoModel.register(MultiEncoderMultiTaskConfig, MultiEncoderForMultiTask, exist_ok=True)
+AutoTokenizer.register(MultiEncoderMultiTaskConfig, tokenizer_class=MultiEncoderTokenizer, exist_ok=True)
 
 MultiEncoderConfig.register_for_auto_class()
 MultiEncoderModel.register_for_auto_class("AutoModel")
 MultiEncoderForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
 MultiEncoderForTokenClassification.register_for_auto_class("AutoModelForTokenClassification")
 MultiEncoderTokenizer.register_for_auto_class("AutoTokenizer")
+MultiEncoderMultiTaskConfig.register_for_auto_class()
+MultiEncoderForMultiTask.register_for_auto_class("AutoModel")
 
 __all__ = [
     "FUSION_MAPPING",
@@ -76,15 +87,19 @@ __all__ = [
     "MultiEncoderBatch",
     "MultiEncoderConfig",
     "MultiEncoderDataCollator",
+    "MultiEncoderForMultiTask",
     "MultiEncoderForSequenceClassification",
     "MultiEncoderForTokenClassification",
     "MultiEncoderModel",
     "MultiEncoderModelOutput",
+    "MultiEncoderMultiTaskConfig",
+    "MultiEncoderMultiTaskModel",
     "MultiEncoderPreTrainedModel",
     "MultiEncoderSequenceClassifierOutput",
     "MultiEncoderTokenClassifierOutput",
     "MultiEncoderTokenizer",
     "MultiEncoderTrainer",
+    "MultiTaskTrainer",
     "TaskSpec",
     "adapt_members",
     "build_fusion",
@@ -96,5 +111,7 @@ __all__ = [
     "mean_fusion_weights",
     "push_multiencoder_to_hub",
     "register_task",
+    "save_sentence_transformer",
+    "to_sentence_transformer",
     "tokenize_task",
 ]

@@ -21,6 +21,8 @@ from .fusion_multiencoder import FUSION_MAPPING
 POOLING_METHODS = ("cls", "mean", "last4", "last4_mean")
 WORD_POOLING_METHODS = ("first", "mean")
 FUSION_GATINGS = ("softmax", "sigmoid")
+# How `encode` fuses the members' sentence vectors (see embedding_multiencoder.py).
+EMBEDDING_FUSIONS = ("normalized_concat", "model")
 # Attribute that holds the hidden dropout in each architecture's config (default: ``hidden_dropout_prob``).
 _DROPOUT_ATTRIBUTES = ("hidden_dropout_prob", "dropout", "hidden_dropout", "resid_pdrop")
 
@@ -96,6 +98,13 @@ class MultiEncoderConfig(PreTrainedConfig):
             Token classification: a word's vector is its `"first"` subword or the `"mean"` of its subwords.
         classifier_dropout (`float`, *optional*):
             Dropout before the classifier; defaults to no extra dropout (``fusion_dropout`` already applies).
+        embedding_fusion (`str`, *optional*):
+            How `encode` (and the sentence-transformers module) fuses the members' sentence vectors:
+            `"normalized_concat"` (each L2-normalised, times its `embedding_weights`, concatenated; needs no training)
+            or `"model"` (the fused vector the head sees). Default: `"normalized_concat"` for `concat`, else
+            `"model"`.
+        embedding_weights (`list[float]`, *optional*):
+            One positive weight per member for `"normalized_concat"` (default: all 1).
         tokenizer_fingerprints (`list[str]`, *optional*):
             A fingerprint of each member's tokenizer (vocabulary and special tokens), recorded the first time a
             [`MultiEncoderTokenizer`] is checked against the model, so that a loaded model refuses another tokenizer.
@@ -122,6 +131,8 @@ class MultiEncoderConfig(PreTrainedConfig):
         encoder_dropout: float | list[float | None] | None = None,
         word_pooling: str = "first",
         classifier_dropout: float | None = None,
+        embedding_fusion: str | None = None,
+        embedding_weights: list[float] | None = None,
         initializer_range: float = 0.02,
         tokenizer_fingerprints: list[str] | None = None,
         **kwargs,
@@ -140,6 +151,8 @@ class MultiEncoderConfig(PreTrainedConfig):
         self.encoder_dropout = encoder_dropout
         self.word_pooling = word_pooling
         self.classifier_dropout = classifier_dropout
+        self.embedding_fusion = embedding_fusion
+        self.embedding_weights = embedding_weights
         self.initializer_range = initializer_range
         self.tokenizer_fingerprints = tokenizer_fingerprints
         self._validate()
@@ -164,6 +177,16 @@ class MultiEncoderConfig(PreTrainedConfig):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
                 raise ValueError(f"`{name}` must be a positive whole number, got {value!r}.")
+        if self.embedding_fusion is not None:
+            _check_choice("embedding_fusion", self.embedding_fusion, EMBEDDING_FUSIONS)
+        if self.embedding_weights is not None:
+            if not isinstance(self.embedding_weights, (list, tuple)) or len(self.embedding_weights) != n:
+                raise ValueError(f"`embedding_weights` needs one weight per member encoder ({n}), got "
+                                 f"{self.embedding_weights!r}.")
+            if not all(isinstance(w, (int, float)) and not isinstance(w, bool) and 0 < w < float("inf")
+                       for w in self.embedding_weights):
+                raise ValueError(f"`embedding_weights` must be positive numbers, got {self.embedding_weights!r}.")
+            self.embedding_weights = [float(w) for w in self.embedding_weights]
         if self.encoder_names is None:
             self.encoder_names = [c.get("_name_or_path") or f"{c.get('model_type', 'encoder')}_{i}" for i, c in
                                   enumerate(self.encoders)]

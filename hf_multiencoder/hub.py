@@ -23,6 +23,7 @@ import torch
 from huggingface_hub import CommitInfo, HfApi
 from transformers import Trainer
 
+from .distributed import check_fsdp_layer_classes
 from .model_card import README_NAME, ModelCardCallback, MultiEncoderModelCardData, save_model_card
 
 logger = logging.getLogger(__name__)
@@ -62,6 +63,8 @@ class MultiEncoderTrainer(Trainer):
     `push_to_hub` calls, so the card lists the members with their learning rates and mean fusion weights, the
     evaluation results (`model-index`) and a `trust_remote_code` snippet pinned to the pushed revision.
 
+    Under FSDP, layer classes to wrap that the model does not have are an error naming the members' layer classes.
+
     A NaN or infinite training loss raises a `FloatingPointError` at once (the stock Trainer filters such losses out
     of its logs and trains on, ending with NaN weights and exit code 0). With a `MultiEncoderTokenizer` as
     `processing_class`, the tokenizer is checked against the model (`check_model`).
@@ -82,6 +85,8 @@ class MultiEncoderTrainer(Trainer):
             card_callback.card_data = model_card_data
         super().__init__(*args, callbacks=callbacks, **kwargs)
         self.model_card_callback = card_callback
+        if getattr(self, "is_fsdp_enabled", False) and self.model is not None:  # a wrong class fails here, not later
+            check_fsdp_layer_classes(self.model, self.accelerator.state.fsdp_plugin.transformer_cls_names_to_wrap)
         if hasattr(self.processing_class, "check_model") and self.model is not None:
             self.processing_class.check_model(self.model)
 

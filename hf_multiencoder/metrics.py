@@ -150,6 +150,8 @@ def main_metric_value(task: TaskSpec | str, metrics: dict[str, float]) -> float:
 
 # ---- fusion weights in metrics --------------------------------------------------------------------------------------
 FUSION_WEIGHT_PREFIX = "fusion_weight_"
+# The combination of several tasks' main metrics a multi-task evaluation reports (`multitask.MultiTaskTrainer`).
+MULTITASK_SCORE = "multitask_score"
 
 
 def fusion_weight_metrics(weights: dict[str, float]) -> dict[str, float]:

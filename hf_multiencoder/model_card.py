@@ -26,8 +26,9 @@ from huggingface_hub.utils import yaml_dump
 from transformers import TrainerCallback
 from transformers.modelcard import make_markdown_table
 
-from .metrics import fusion_weights_from_metrics, is_fusion_weight_metric
-from .optimization import parameter_members
+from .lora import is_peft_model
+from .metrics import MULTITASK_SCORE, fusion_weights_from_metrics, is_fusion_weight_metric
+from .optimization import multiencoder_base, parameter_members
 
 logger = logging.getLogger(__name__)
 
@@ -214,9 +215,12 @@ class MultiEncoderModelCardData(CardData):
 
     # ---- filling ---------------------------------------------------------------------------------------------
     def register_model(self, model) -> None:
-        """Read the members, fusion, head and labels from a multi-encoder (the package's class or the remote one)."""
+        """Read the members, fusion, head and labels from a multi-encoder (the package's class or the remote one, or
+        a peft model holding one)."""
+        if is_peft_model(model):
+            model = model.get_base_model()
         config = model.config
-        base = model.base_model
+        base = multiencoder_base(model)
         word_level = bool(getattr(base, "word_level", False))
         cls_name = type(model).__name__
         if cls_name.endswith("ForTokenClassification"):
@@ -267,6 +271,10 @@ class MultiEncoderModelCardData(CardData):
                 self.learning_rates[name] = text
             for name, text in self.learning_rates.items():
                 hp[f"learning_rate ({'fusion + classifier' if name == 'head' else name})"] = text
+        if model is not None and is_peft_model(model):  # LoRA: its settings (the card describes the merged model)
+            lora = model.peft_config[model.active_adapter]
+            hp["peft"] = (f"{type(lora).__name__} r={lora.r}, alpha={lora.lora_alpha}, dropout={lora.lora_dropout}, "
+                          f"merged into the members")
         hp["train_batch_size"] = args.per_device_train_batch_size
         hp["eval_batch_size"] = args.per_device_eval_batch_size
         hp["seed"] = args.seed
@@ -599,11 +607,144 @@ class ModelCardCallback(TrainerCallback):
             data.add_eval_line(metrics, epoch=state.epoch, step=state.global_step, training_loss=self._last_loss)
 
 
+@dataclass
+class MultiTaskModelCardData(MultiEncoderModelCardData):
+    """The card of a [`MultiEncoderForMultiTask`]: the multi-encoder card plus its tasks, each with its head, data set,
+    scores and mean fusion weights, and the combination the best checkpoint was chosen by. `MultiTaskTrainer` fills
+    `task_datasets`, `task_main_metrics`, `score_description` and `task_sampling` from the task registry.
+
+    Args:
+        task_datasets (`dict[str, dict]`, *optional*): per task, `dataset_name`, `dataset_id` and `dataset_config`.
+        score_description (`str`, *optional*): what `multitask_score` combines, e.g. "mean of ner overall_f1, trec
+            accuracy".
+        task_sampling (`str`, *optional*): how the tasks were sampled, e.g. "temperature sampling, T=2".
+        All other arguments: see [`MultiEncoderModelCardData`].
+    """
+
+    task_datasets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    score_description: str | None = None
+    task_sampling: str | None = None
+    task_main_metrics: dict[str, str] = field(default_factory=dict)
+
+    task_heads: list[dict[str, Any]] = field(default_factory=list, init=False)
+    task_results: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict, init=False)
+    task_fusion_weights: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict, init=False)
+
+    def register_model(self, model) -> None:
+        super().register_model(model)
+        self.task_heads = [
+            {"name": name, "type": task["type"], "num_labels": task["num_labels"],
+             "labels": None if task["type"] == "regression" else [task["id2label"][i]
+                                                                  for i in sorted(task["id2label"])]}
+            for name, task in model.config.tasks.items()
+        ]
+
+    def _task_of(self, key: str) -> tuple[str | None, str]:
+        """`"trec_accuracy"` -> `("trec", "accuracy")`; keys of no task -> `(None, key)` (longest task name first)."""
+        for name in sorted((t["name"] for t in self.task_heads), key=len, reverse=True):
+            if key.startswith(f"{name}_"):
+                return name, key[len(name) + 1:]
+        return None, key
+
+    def set_eval_results(self, metrics: dict[str, Any], split: str | None = None) -> None:
+        """Record an evaluation of every task: `eval_<task>_<metric>` by task (with each task's mean fusion weights),
+        the rest (`multitask_score`) as the model's own results."""
+        split = split or self.eval_split
+        names = [m["name"] for m in self.members]
+        overall: dict[str, Any] = {}
+        per_task: dict[str, dict[str, Any]] = {}
+        for key, value in metrics.items():
+            task, rest = self._task_of(key.removeprefix("eval_"))
+            if task is None:
+                overall[key] = value
+            else:
+                per_task.setdefault(task, {})[rest] = value
+        for task, values in per_task.items():
+            weights = fusion_weights_from_metrics(values, names) if names else None
+            if weights is not None:
+                self.task_fusion_weights.setdefault(split, {})[task] = weights
+            results = {k: float(v) for k, v in values.items() if k not in _NOT_METRICS and isinstance(v, (int, float))
+                       and not isinstance(v, bool) and not is_fusion_weight_metric(k, names)}
+            if results:
+                self.task_results.setdefault(split, {})[task] = results
+        super().set_eval_results(overall, split)
+
+    def add_eval_line(self, metrics: dict[str, Any], epoch: float | None, step: int, training_loss=None) -> None:
+        """A training-results row with the mean loss, each task's main metric and `multitask_score`."""
+        keep = {"eval_loss", f"eval_{MULTITASK_SCORE}",
+                *(f"eval_{task}_{metric}" for task, metric in self.task_main_metrics.items())}
+        super().add_eval_line({k: v for k, v in metrics.items() if k in keep}, epoch, step, training_loss)
+
+    def get_model_name(self) -> str:
+        if not self.model_name and not self.dataset_name and self.task_datasets:
+            names = [d.get("dataset_name") or d.get("dataset_id") or task for task, d in self.task_datasets.items()]
+            return f"{super().get_model_name()} on {' + '.join(dict.fromkeys(names))}"
+        return super().get_model_name()
+
+    def get_eval_results(self) -> list[EvalResult]:
+        """One `model-index` result per task and metric, under the task's own type and data set."""
+        heads = {t["name"]: t for t in self.task_heads}
+        results = []
+        for split, tasks in self.task_results.items():
+            for task, metrics in tasks.items():
+                task_type = "token-classification" if heads.get(task, {}).get("type") == "token" \
+                    else "text-classification"
+                dataset = self.task_datasets.get(task, {})
+                results.extend(
+                    EvalResult(task_type=task_type, task_name=f"{TASKS[task_type][1]} ({task})",
+                               dataset_type=dataset.get("dataset_id") or "unknown",
+                               dataset_name=dataset.get("dataset_name") or dataset.get("dataset_id") or task,
+                               dataset_config=dataset.get("dataset_config"), dataset_split=split,
+                               metric_type=key, metric_value=value, metric_name=pretty_metric_name(key))
+                    for key, value in metrics.items() if key != "loss")
+        return results
+
+    def _tasks_table(self) -> str:
+        split = self.main_split
+        results = self.task_results.get(split, {})
+        weights = self.task_fusion_weights.get(split, {})
+        rows = []
+        for head in self.task_heads:
+            name = head["name"]
+            dataset = self.task_datasets.get(name, {})
+            metric = self.task_main_metrics.get(name)
+            row = {
+                "Task": name,
+                "Type": head["type"],
+                "Labels": "score" if head["labels"] is None else f"{head['num_labels']}",
+                "Dataset": dataset.get("dataset_name") or dataset.get("dataset_id") or "-",
+                "Main Metric": pretty_metric_name(metric) if metric else "-",
+                f"Score ({split})": f"{results[name][metric]:.4f}" if metric and metric in results.get(name, {})
+                else "-",
+            }
+            if weights:  # fusions with weights (DME, CDME)
+                for member in self.members:
+                    w = weights.get(name, {}).get(member["name"])
+                    row[f"Fusion Weight {member['name']}"] = f"{w:.4f}" if w is not None else "-"
+            rows.append(row)
+        return make_markdown_table(rows).replace("-:|", "--|")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = super().to_dict()
+        ids = [d.get("dataset_id") for d in self.task_datasets.values() if d.get("dataset_id")]
+        data["datasets"] = list(dict.fromkeys(ids)) or None
+        data["tasks_table"] = self._tasks_table() if self.task_heads else ""
+        if self.task_heads and not self.task_name:
+            data["task_name"] = f"{len(self.task_heads)} tasks at once"
+        data["task_sampling_description"] = self.task_sampling or "sampled by the Trainer's schedule"
+        if self.task_results:
+            metrics = [m for split in self.task_results.values() for task in split.values() for m in task]
+            data["metrics"] = list(dict.fromkeys(m for m in metrics if m != "loss"))
+            data["model-index"] = eval_results_to_model_index(data["model_name"], self.get_eval_results())
+        return data
+
+
 __all__ = [
     "FUSION_WEIGHTS_PLOT",
     "MODEL_CARD_TEMPLATE",
     "ModelCardCallback",
     "MultiEncoderModelCardData",
+    "MultiTaskModelCardData",
     "generate_model_card",
     "member_learning_rates",
     "plot_fusion_weights",

@@ -26,6 +26,7 @@ except ImportError:  # transformers 4.x: the shipped files load there too
     from torch.nn import init
 
 from .configuration_multiencoder import MultiEncoderConfig, set_member_dropout
+from .embedding_multiencoder import MultiEncoderEmbeddingMixin
 from .fusion_multiencoder import build_fusion
 
 _INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids", "word_ids")
@@ -159,6 +160,23 @@ def _max_positions(member) -> int:
     return limit - (padding_idx + 1) if isinstance(padding_idx, int) else limit
 
 
+def member_layer_classes(encoders) -> list[str]:
+    """Class names of the members' blocks that must not be split across devices (and that FSDP wraps as units): each
+    member's own ``_no_split_modules`` where its class declares them, else the class of its repeated layers (the
+    longest ``nn.ModuleList`` of one class, e.g. DistilBERT's ``TransformerBlock``, MPNet's ``MPNetLayer``)."""
+    names = []
+    for member in encoders:
+        present = {type(m).__name__ for m in member.modules()}
+        # sorted: transformers keeps an instance's `_no_split_modules` as a set (its order varies between runs)
+        declared = sorted(n for n in (getattr(member, "_no_split_modules", None) or []) if n in present)
+        if not declared:
+            lists = [m for m in member.modules() if isinstance(m, nn.ModuleList) and len(m) > 0
+                     and len({type(x) for x in m}) == 1]
+            declared = [type(max(lists, key=len)[0]).__name__] if lists else []
+        names += [n for n in declared if n not in names]
+    return names
+
+
 def _is_example_major(value) -> bool:
     """``pipeline(..., batch_size>1)`` collates our per-example inputs as a list with, per example, the list of its
     members' ``(1, seq_i)`` tensors (its padding collator pads plain tensors only)."""
@@ -241,8 +259,31 @@ def word_tags(logits, word_mask, keep, id2label: dict, outside: str = "O") -> li
             for b in range(pred.size(0))]
 
 
+# ---- losses (one definition for every head) ----------------------------------------------------------------------
+def sequence_loss(logits: torch.Tensor, labels: torch.Tensor, problem_type: str) -> torch.Tensor:
+    """The loss of sentence logits ``(batch, num_labels)`` by ``problem_type``, as transformers' heads compute it:
+    MSE on squeezed tensors for ``"regression"``, cross-entropy for ``"single_label_classification"``, BCE with logits
+    on multi-hot floats for ``"multi_label_classification"``."""
+    labels = labels.to(logits.device)
+    if problem_type == "regression":
+        return MSELoss()(logits.squeeze(-1), labels.squeeze(-1).to(logits.dtype))
+    if problem_type == "single_label_classification":
+        return CrossEntropyLoss()(logits.view(-1, logits.size(-1)), labels.view(-1))
+    if problem_type == "multi_label_classification":
+        return BCEWithLogitsLoss()(logits, labels.to(logits.dtype))
+    raise ValueError(f"Unknown problem_type {problem_type!r}; allowed values are: regression, "
+                     f"single_label_classification, multi_label_classification.")
+
+
+def word_loss(logits: torch.Tensor, labels: torch.Tensor, word_mask: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of word logits ``(batch, words, num_labels)`` against word labels (-100 ignored); words no member
+    saw (``word_mask`` 0: cut off by every member) carry no signal."""
+    labels = labels.to(logits.device).masked_fill(word_mask == 0, -100)
+    return CrossEntropyLoss()(logits.view(-1, logits.size(-1)), labels.view(-1))
+
+
 # ---- models ------------------------------------------------------------------------------------------------------
-class MultiEncoderPreTrainedModel(PreTrainedModel):
+class MultiEncoderPreTrainedModel(MultiEncoderEmbeddingMixin, PreTrainedModel):
     config_class = MultiEncoderConfig
     base_model_prefix = "multiencoder"
     main_input_name = "input_ids"
@@ -250,6 +291,32 @@ class MultiEncoderPreTrainedModel(PreTrainedModel):
     _supports_sdpa = True
     # The loss is a plain mean over the batch: let the Trainer scale it for gradient accumulation.
     accepts_loss_kwargs = False
+
+    def post_init(self):
+        # Set per instance (the members decide): the members' layer classes, which `device_map` keeps whole and
+        # FSDP's auto-wrap (accelerate reads the top model's `_no_split_modules`) shards as units.
+        self._no_split_modules = member_layer_classes(self.base_model.encoders)
+        super().post_init()
+
+    def get_input_embeddings(self):
+        """None: every member has its own input embeddings (``base_model.encoders[i].get_input_embeddings()``), and
+        code that asks for the model's one embedding (accelerate's FSDP2 preparation, ``enable_input_require_grads``)
+        then skips it, instead of failing."""
+        return None
+
+    def _set_gradient_checkpointing(self, *args, **kwargs):
+        """transformers' switch (``gradient_checkpointing_enable``, ``--gradient_checkpointing``), which reaches every
+        member's layers; members whose architecture has no checkpointing in transformers (MPNet, ALBERT) run without
+        it, and are named in a warning."""
+        super()._set_gradient_checkpointing(*args, **kwargs)
+        if not kwargs.get("enable", args[0] if args else True):
+            return
+        without = [f"{name} ({type(member).__name__})" for name, member in zip(self.config.encoder_names,
+                                                                               self.base_model.encoders)
+                   if not getattr(member, "supports_gradient_checkpointing", False)]
+        if without:
+            logger.warning(f"Gradient checkpointing: members {without} do not support it in transformers and keep "
+                           f"their activations; the other members recompute theirs in the backward pass.")
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -264,15 +331,20 @@ class MultiEncoderPreTrainedModel(PreTrainedModel):
             init.zeros_(module.bias)
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, expected_differences: tuple[str, ...] = (),
+                        **kwargs):
         """`PreTrainedModel.from_pretrained`, strict about what the checkpoint and the model disagree on: a weight the
         model has and the checkpoint lacks (it would be random), or one the checkpoint has and the model does not (a
         config edited after saving, e.g. `fusion` changed from dme to mean, or another head) is an error. New fusion
-        layers and heads are built with `from_encoders` only. Members' unused pooler weights may be absent."""
+        layers and heads are built with `from_encoders` only. Members' unused pooler weights may be absent, and so
+        may the weights under `expected_differences` (name prefixes: the multi-task model's heads of tasks added or
+        dropped on purpose)."""
         output_loading_info = kwargs.pop("output_loading_info", False)
         model, info = super().from_pretrained(pretrained_model_name_or_path, *model_args, output_loading_info=True,
                                               **kwargs)
-        problems = {kind: sorted(k for k in info.get(f"{kind}_keys", ()) if not _MEMBER_POOLER.search(k))
+        expected = tuple(expected_differences)
+        problems = {kind: sorted(k for k in info.get(f"{kind}_keys", ())
+                                 if not _MEMBER_POOLER.search(k) and not k.startswith(expected))
                     for kind in ("missing", "unexpected")}
         if problems["missing"] or problems["unexpected"]:
             raise ValueError(
@@ -326,10 +398,12 @@ class MultiEncoderPreTrainedModel(PreTrainedModel):
             if dropout is not None:
                 set_member_dropout(member_config, dropout)
             members.append(AutoModel.from_pretrained(name, config=member_config, **encoder_kwargs))
-        config = MultiEncoderConfig.from_encoder_configs(
+        config = cls.config_class.from_encoder_configs(
             [m.config for m in members], encoder_names=encoder_names or [str(e) for e in encoders], **kwargs
         )
-        return cls(config, encoders=members)
+        model = cls(config, encoders=members)
+        model.base_model._untrained_fusion = config.fusion != "concat"  # `encode` warns until a training step
+        return model
 
 
 class MultiEncoderModel(MultiEncoderPreTrainedModel):
@@ -365,16 +439,27 @@ class MultiEncoderModel(MultiEncoderPreTrainedModel):
         self._inputs_checked = False
         self._needs_hidden_states = [p.startswith("last4") for p in config.encoder_poolings] if not word_level else [
             False] * config.num_encoders
-        fusion_kwargs = {
-            "fusion_dim": config.fusion_dim,
-            "fusion_gating": config.fusion_gating,
-            "cdme_hidden_size": config.cdme_hidden_size,
-            "context_sizes": config.encoder_hidden_sizes,
-        }
-        self.fusion = build_fusion(config.fusion, config.pooled_sizes(word_level), **fusion_kwargs)
-        self.fusion_norm = nn.LayerNorm(self.fusion.output_size) if config.fusion_layer_norm else nn.Identity()
+        self.fusion, self.fusion_norm = self.build_fusion_layers(word_level)
         self.fusion_dropout = nn.Dropout(config.fusion_dropout)
         self.post_init()
+
+    def build_fusion_layers(self, word_level: bool) -> tuple[nn.Module, nn.Module]:
+        """A new fusion for sentence or word vectors, as ``config`` describes it, and its optional LayerNorm."""
+        config = self.config
+        fusion = build_fusion(config.fusion, config.pooled_sizes(word_level), fusion_dim=config.fusion_dim,
+                              fusion_gating=config.fusion_gating, cdme_hidden_size=config.cdme_hidden_size,
+                              context_sizes=config.encoder_hidden_sizes)
+        return fusion, nn.LayerNorm(fusion.output_size) if config.fusion_layer_norm else nn.Identity()
+
+    def fusion_layers(self, word_level: bool) -> tuple[nn.Module, nn.Module]:
+        """The fusion (and its norm) that fuses vectors of this level. A model fuses one level; a subclass that
+        holds a fusion per level (the multi-task model) returns the one asked for."""
+        if word_level != self.word_level:
+            raise ValueError(
+                "This model works on words: pass `word_ids` and `word_mask` (tokenize with is_split_into_words=True)."
+                if self.word_level else "`word_ids` given to a sentence-level model; drop them."
+            )
+        return self.fusion, self.fusion_norm
 
     @property
     def output_size(self) -> int:
@@ -430,13 +515,32 @@ class MultiEncoderModel(MultiEncoderPreTrainedModel):
                                  f"{names}, or come from a tokenizer built for other members.")
         self._inputs_checked = True
 
-    def encode_member(self, i, input_ids, attention_mask, token_type_ids=None):
-        """Run member ``i``; returns its last hidden state and (if its pooling needs them) all hidden states."""
+    def encode_member(self, i, input_ids, attention_mask, token_type_ids=None, output_hidden_states=None):
+        """Run member ``i``; returns its last hidden state and (if its pooling needs them, or when asked) all hidden
+        states."""
         kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
         if token_type_ids is not None and self._takes_token_type_ids[i]:
             kwargs["token_type_ids"] = token_type_ids
-        out = self.encoders[i](**kwargs, output_hidden_states=self._needs_hidden_states[i], return_dict=True)
+        if output_hidden_states is None:
+            output_hidden_states = self._needs_hidden_states[i]
+        out = self.encoders[i](**kwargs, output_hidden_states=output_hidden_states, return_dict=True)
         return out.last_hidden_state, out.hidden_states
+
+    def sentence_member_embeddings(self, input_ids, attention_mask=None, token_type_ids=None) -> list[torch.Tensor]:
+        """Each member's sentence vector ``(batch, d_i)``, pooled per ``config.pooling``, also for a word-level model
+        (whose forward pools words instead)."""
+        n = self.config.num_encoders
+        input_ids = _as_list(input_ids, n, "input_ids")
+        attention_mask = [self._infer_attention_mask(i, ids) if m is None else m
+                          for i, (ids, m) in enumerate(zip(input_ids, _as_list(attention_mask, n, "attention_mask")))]
+        token_type_ids = _as_list(token_type_ids, n, "token_type_ids")
+        self._check_inputs(input_ids, attention_mask, token_type_ids)
+        embeddings = []
+        for i, pooling in enumerate(self.config.encoder_poolings):
+            last, hidden = self.encode_member(i, input_ids[i], attention_mask[i], token_type_ids[i],
+                                              output_hidden_states=pooling.startswith("last4"))
+            embeddings.append(pool_sentence(pooling, last, hidden, attention_mask[i]))  # (batch, d_i)
+        return embeddings
 
     def forward(
         self,
@@ -456,6 +560,8 @@ class MultiEncoderModel(MultiEncoderPreTrainedModel):
         n = self.config.num_encoders
         if input_ids is None:
             raise ValueError("`input_ids` is required: a list with one (batch, seq) tensor per member encoder.")
+        if self.training and torch.is_grad_enabled():
+            self._untrained_fusion = False  # a training step: the fusion is being trained (`encode` stops warning)
         if _is_example_major(input_ids):  # batched pipeline: pad each member's inputs here, on the device
             pad_ids = [c.get("pad_token_id") or 0 for c in self.config.encoders]
             input_ids = _member_major(input_ids, n, "input_ids", pad_ids)
@@ -475,11 +581,7 @@ class MultiEncoderModel(MultiEncoderPreTrainedModel):
                           for i, (ids, m) in enumerate(zip(input_ids, attention_mask))]
         self._check_inputs(input_ids, attention_mask, token_type_ids)
         word_level = word_ids is not None
-        if word_level != self.word_level:
-            raise ValueError(
-                "This model works on words: pass `word_ids` and `word_mask` (tokenize with is_split_into_words=True)."
-                if self.word_level else "`word_ids` given to a sentence-level model; drop them."
-            )
+        fusion, fusion_norm = self.fusion_layers(word_level)
         if word_level:
             word_ids = _as_list(word_ids, n, "word_ids")
             if word_mask is None:
@@ -487,7 +589,7 @@ class MultiEncoderModel(MultiEncoderPreTrainedModel):
             num_words = word_mask.size(1)
 
         encoder_features = _as_list(encoder_features, n, "encoder_features")
-        if any(f is not None for f in encoder_features) and (word_level or self.fusion.needs_context):
+        if any(f is not None for f in encoder_features) and (word_level or fusion.needs_context):
             raise ValueError("`encoder_features` (cached member vectors) work for sentence-level models with a "
                              "fusion that needs no token states (concat, dme, mean).")
         embeddings, contexts, presents = [], [], []
@@ -508,9 +610,8 @@ class MultiEncoderModel(MultiEncoderPreTrainedModel):
                 contexts.append((last, attention_mask[i]))
 
         member_mask = torch.stack(presents, dim=-1) if word_level else None  # (batch, num_words, n)
-        fused, weights = self.fusion(embeddings, contexts if self.fusion.needs_context else None,
-                                     member_mask=member_mask)
-        fused = self.fusion_dropout(self.fusion_norm(fused))
+        fused, weights = fusion(embeddings, contexts if fusion.needs_context else None, member_mask=member_mask)
+        fused = self.fusion_dropout(fusion_norm(fused))
         out_mask = None
         if word_level:
             out_mask = (word_mask.bool() & member_mask.any(dim=-1)).long()
@@ -554,7 +655,6 @@ class MultiEncoderForSequenceClassification(MultiEncoderPreTrainedModel):
         logits = self.classifier(self.dropout(out.pooler_output))  # (batch, num_labels)
         loss = None
         if labels is not None:
-            labels = labels.to(logits.device)
             if self.config.problem_type is None:
                 if self.num_labels == 1:
                     self.config.problem_type = "regression"
@@ -562,17 +662,11 @@ class MultiEncoderForSequenceClassification(MultiEncoderPreTrainedModel):
                     self.config.problem_type = "single_label_classification"
                 else:
                     self.config.problem_type = "multi_label_classification"
-            if self.config.problem_type == "regression":
-                loss = MSELoss()(logits.squeeze(-1), labels.squeeze(-1).to(logits.dtype))
-            elif self.config.problem_type == "single_label_classification":
-                loss = CrossEntropyLoss()(logits.view(-1, self.num_labels), labels.view(-1))
-            else:
-                loss = BCEWithLogitsLoss()(logits, labels.to(logits.dtype))
+            loss = sequence_loss(logits, labels, self.config.problem_type)
         return MultiEncoderSequenceClassifierOutput(
             loss=loss, logits=logits, fusion_weights=out.fusion_weights, pooler_output=out.pooler_output
         )
 
-    @torch.no_grad()
     def predict_with_fusion_weights(self, tokenizer, sentences, text_pairs=None, batch_size: int = 32,
                                     max_length: int | None = None) -> dict:
         """Predict a list of sentences and report each one's per-member fusion weights.
@@ -582,28 +676,9 @@ class MultiEncoderForSequenceClassification(MultiEncoderPreTrainedModel):
         project's ``predict_tags``. Regression models predict the score. Inputs are truncated to ``max_length``
         tokens per member (default 512), never beyond a member's own limit.
         """
-        if isinstance(sentences, str):
-            sentences = [sentences]
-        tokenizer.check_model(self)
-        self.eval()
-        preds, scores = [], []
-        for start in range(0, len(sentences), batch_size):
-            chunk = sentences[start:start + batch_size]
-            pairs = None if text_pairs is None else text_pairs[start:start + batch_size]
-            batch = tokenizer(chunk, text_pair=pairs, padding=True, truncation=True,
-                              max_length=self.base_model.member_max_lengths(max_length),
-                              return_tensors="pt").to(self.device)
-            out = self(**batch)
-            if self.config.problem_type == "regression" or self.num_labels == 1:
-                preds.extend(out.logits.squeeze(-1).tolist())
-            else:
-                id2label = self.config.id2label
-                preds.extend(id2label[i] for i in out.logits.argmax(-1).tolist())
-            if out.fusion_weights is None:
-                scores.extend([None] * len(chunk))
-            else:
-                scores.extend(fusion_weights_per_example(out.fusion_weights, self.config.encoder_names))
-        return {"Sentences": list(sentences), "Predictions": preds, "DME scores": scores}
+        regression = self.config.problem_type == "regression" or self.num_labels == 1
+        return predict_sentences(self, tokenizer, sentences, text_pairs, batch_size=batch_size, max_length=max_length,
+                                 id2label=None if regression else self.config.id2label)
 
 
 class MultiEncoderForTokenClassification(MultiEncoderPreTrainedModel):
@@ -641,16 +716,11 @@ class MultiEncoderForTokenClassification(MultiEncoderPreTrainedModel):
         out = self.multiencoder(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                                 word_ids=word_ids, word_mask=word_mask)
         logits = self.classifier(self.dropout(out.last_hidden_state))  # (batch, num_words, num_labels)
-        loss = None
-        if labels is not None:
-            labels = labels.to(logits.device)
-            labels = labels.masked_fill(out.word_mask == 0, -100)  # words no member saw carry no signal
-            loss = CrossEntropyLoss()(logits.view(-1, self.num_labels), labels.view(-1))
+        loss = None if labels is None else word_loss(logits, labels, out.word_mask)
         return MultiEncoderTokenClassifierOutput(
             loss=loss, logits=logits, fusion_weights=out.fusion_weights, word_mask=out.word_mask
         )
 
-    @torch.no_grad()
     def predict_tags(self, tokenizer, sentences, batch_size: int = 32, max_length: int | None = None) -> list[dict]:
         """Tag sentences: a string, a list of strings (each split on whitespace) or a list of word lists.
 
@@ -658,27 +728,67 @@ class MultiEncoderForTokenClassification(MultiEncoderPreTrainedModel):
         "fusion_weights": [{member: weight} per word] or None}`` (``end`` exclusive, in words). Words that every
         member cut off at ``max_length`` are tagged ``"O"``.
         """
-        if isinstance(sentences, str):
-            sentences = [sentences]
-        words_list = [s.split() if isinstance(s, str) else list(s) for s in sentences]
-        tokenizer.check_model(self)
-        self.eval()
-        results = []
-        for start in range(0, len(words_list), batch_size):
-            chunk = words_list[start:start + batch_size]
-            batch = tokenizer(chunk, is_split_into_words=True, truncation=True,
-                              max_length=self.base_model.member_max_lengths(max_length),
-                              return_tensors="pt").to(self.device)
-            out = self(**batch)
-            lengths = [len(words) for words in chunk]
-            keep = torch.arange(out.logits.size(1)).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
-            tags = word_tags(out.logits.cpu(), out.word_mask.cpu(), keep, self.config.id2label)
-            weights = None if out.fusion_weights is None else fusion_weights_per_example(
-                out.fusion_weights, self.config.encoder_names, lengths=lengths)
-            for b, words in enumerate(chunk):
-                results.append({"words": words, "tags": tags[b], "entities": tags_to_spans(words, tags[b]),
-                                "fusion_weights": None if weights is None else weights[b]})
-        return results
+        return predict_words(self, tokenizer, sentences, batch_size=batch_size, max_length=max_length,
+                             id2label=self.config.id2label)
+
+
+# ---- prediction loops (shared by the task heads and the multi-task model) ------------------------------------------
+@torch.no_grad()
+def predict_sentences(model, tokenizer, sentences, text_pairs=None, batch_size: int = 32,
+                      max_length: int | None = None, *, id2label: dict | None, **forward_kwargs) -> dict:
+    """`predict_with_fusion_weights` of any model whose output has sentence `logits` and `fusion_weights`:
+    `id2label` names the classes (None: regression, the score is predicted); `forward_kwargs` go to every call
+    (the multi-task model's `task=`). Inputs are truncated to `max_length` tokens per member (default 512), never
+    beyond a member's own limit."""
+    if isinstance(sentences, str):
+        sentences = [sentences]
+    tokenizer.check_model(model)
+    model.eval()
+    preds, scores = [], []
+    for start in range(0, len(sentences), batch_size):
+        chunk = sentences[start:start + batch_size]
+        pairs = None if text_pairs is None else text_pairs[start:start + batch_size]
+        batch = tokenizer(chunk, text_pair=pairs, padding=True, truncation=True,
+                          max_length=model.base_model.member_max_lengths(max_length),
+                          return_tensors="pt").to(model.device)
+        out = model(**batch, **forward_kwargs)
+        if id2label is None:
+            preds.extend(out.logits.squeeze(-1).tolist())
+        else:
+            preds.extend(id2label[i] for i in out.logits.argmax(-1).tolist())
+        if out.fusion_weights is None:
+            scores.extend([None] * len(chunk))
+        else:
+            scores.extend(fusion_weights_per_example(out.fusion_weights, model.config.encoder_names))
+    return {"Sentences": list(sentences), "Predictions": preds, "DME scores": scores}
+
+
+@torch.no_grad()
+def predict_words(model, tokenizer, sentences, batch_size: int = 32, max_length: int | None = None, *,
+                  id2label: dict, **forward_kwargs) -> list[dict]:
+    """`predict_tags` of any model whose output has word `logits`, `word_mask` and `fusion_weights`;
+    `forward_kwargs` go to every call (the multi-task model's `task=`)."""
+    if isinstance(sentences, str):
+        sentences = [sentences]
+    words_list = [s.split() if isinstance(s, str) else list(s) for s in sentences]
+    tokenizer.check_model(model)
+    model.eval()
+    results = []
+    for start in range(0, len(words_list), batch_size):
+        chunk = words_list[start:start + batch_size]
+        batch = tokenizer(chunk, is_split_into_words=True, truncation=True,
+                          max_length=model.base_model.member_max_lengths(max_length),
+                          return_tensors="pt").to(model.device)
+        out = model(**batch, **forward_kwargs)
+        lengths = [len(words) for words in chunk]
+        keep = torch.arange(out.logits.size(1)).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
+        tags = word_tags(out.logits.cpu(), out.word_mask.cpu(), keep, id2label)
+        weights = None if out.fusion_weights is None else fusion_weights_per_example(
+            out.fusion_weights, model.config.encoder_names, lengths=lengths)
+        for b, words in enumerate(chunk):
+            results.append({"words": words, "tags": tags[b], "entities": tags_to_spans(words, tags[b]),
+                            "fusion_weights": None if weights is None else weights[b]})
+    return results
 
 
 def tags_to_spans(words: list[str], tags: list[str]) -> list[dict]:
@@ -707,6 +817,11 @@ __all__ = [
     "MultiEncoderTokenClassifierOutput",
     "fusion_weights_per_example",
     "mean_fusion_weights",
+    "member_layer_classes",
+    "predict_sentences",
+    "predict_words",
+    "sequence_loss",
     "tags_to_spans",
+    "word_loss",
     "word_tags",
 ]

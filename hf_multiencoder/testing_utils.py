@@ -7,9 +7,14 @@ DistilBERT (dim 24, another WordPiece vocabulary, takes no token_type_ids).
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+import textwrap
 
 import torch
+import transformers
 from transformers import (
     BertConfig,
     BertModel,
@@ -85,3 +90,28 @@ def _save(root, name, model, tokenizer) -> str:
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+def run_without_package(code: str, cwd, site_packages: str | None = None) -> dict:
+    """Run `code` in a fresh `python -S` (no `.pth` files, so no editable install; no PYTHONPATH) that sees
+    `site_packages` (default: this interpreter's) and refuses to go on if `hf_multiencoder` is importable, with its own
+    remote-code module cache in `cwd`, and return the JSON object its last output line prints. For tests of what
+    loads where `hf_multiencoder` is not installed."""
+    site_packages = site_packages or os.path.dirname(os.path.dirname(transformers.__file__))
+    prelude = textwrap.dedent(f"""
+        import sys
+        sys.path.append({site_packages!r})
+        try:
+            import hf_multiencoder
+        except ImportError:
+            pass
+        else:
+            raise SystemExit("the subprocess must not see hf_multiencoder")
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["HF_MODULES_CACHE"] = os.path.join(str(cwd), "modules")
+    proc = subprocess.run([sys.executable, "-S", "-c", prelude + textwrap.dedent(code)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise AssertionError(f"The package-free process failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])

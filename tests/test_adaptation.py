@@ -21,6 +21,7 @@ from transformers import (
 
 from hf_multiencoder import MultiEncoderForSequenceClassification, MultiEncoderTokenizer
 from hf_multiencoder.adaptation import (
+    OBJECTIVES,
     AdaptationTrainer,
     MaskedLMCollator,
     adapt_members,
@@ -48,6 +49,7 @@ def adapted(tiny_paths, corpus, tmp_path_factory):
     return adapt_members(tiny_paths, corpus, output_dir=str(out), encoder_names=NAMES, **FAST), out
 
 
+@pytest.mark.slow  # trains the tiny members
 def test_adaptation_lowers_the_held_out_loss_of_every_member(adapted):
     report, out = adapted
     assert [m["name"] for m in report["members"]] == NAMES
@@ -61,6 +63,7 @@ def test_adaptation_lowers_the_held_out_loss_of_every_member(adapted):
     assert "| bert | yes | yes | 80 / 20 |" in report["table"]
 
 
+@pytest.mark.slow  # trains the tiny members
 def test_saved_members_are_standard_checkpoints_with_changed_weights_and_no_head(adapted, tiny_paths):
     report, out = adapted
     assert report["encoders"] == [str(out / name) for name in NAMES]
@@ -86,6 +89,16 @@ def test_saved_members_are_standard_checkpoints_with_changed_weights_and_no_head
                                member.embeddings.word_embeddings.weight)
 
 
+def test_a_new_head_is_named_and_its_decoder_tied_to_the_input_embeddings(tiny_paths):
+    objective = OBJECTIVES["mlm"]
+    for path in tiny_paths:  # the tiny members, like the sentence-transformers ones, ship no masked-LM head
+        live = AutoModel.from_pretrained(path)
+        for model, new_head in (objective.from_checkpoint(path), objective.from_member(live)):
+            assert new_head and not any(k.startswith(f"{model.base_model_prefix}.") for k in new_head)
+            assert model.get_output_embeddings().weight is model.get_input_embeddings().weight, path
+
+
+@pytest.mark.slow  # trains the tiny members
 def test_head_warmup_leaves_the_member_untouched(tiny_paths, corpus, tmp_path):
     # learning_rate 0 after the warm-up: whatever changed in the member, the warm-up changed it
     report = adapt_members(tiny_paths[:1], corpus, output_dir=str(tmp_path), encoder_names=["bert"],
@@ -154,6 +167,7 @@ def test_held_out_masks_are_fixed(tiny_paths, corpus):
     assert padded["labels"][0, : len(first[0]["labels"])].tolist() == first[0]["labels"]
 
 
+@pytest.mark.slow  # trains the tiny members
 def test_adapt_some_members_of_a_saved_multiencoder(tiny_paths, corpus, tmp_path):
     names = ["bert", "distilbert"]
     members = [tiny_paths[0], tiny_paths[2]]
@@ -208,6 +222,7 @@ def test_bad_input_fails_before_anything_is_written(tiny_paths, corpus, tmp_path
     assert sorted(os.listdir(other)) == ["MiniLM"]
 
 
+@pytest.mark.slow  # trains the tiny members
 def test_a_second_run_into_the_same_folder(adapted, tiny_paths, corpus):
     report, out = adapted
     with pytest.raises(ValueError, match="already holds adapted bert, roberta, distilbert: pass overwrite_output_dir"):
@@ -222,6 +237,7 @@ def test_a_second_run_into_the_same_folder(adapted, tiny_paths, corpus):
                       **{**FAST, "learning_rate": 5e-4})
 
 
+@pytest.mark.slow  # trains the tiny members
 def test_an_interrupted_member_resumes_from_its_last_complete_checkpoint(tiny_paths, corpus, tmp_path):
     options = {**FAST, "num_train_epochs": 2, "save_strategy": "epoch"}
     first = adapt_members(tiny_paths[:1], corpus, output_dir=str(tmp_path), encoder_names=["bert"], **options)

@@ -46,6 +46,13 @@ def test_tiny_benchmark_end_to_end(tmp_path):
         if run["kind"] in ("plain", "plugin", "fused"):
             assert run["eval"]["samples_per_second"] > 0, name
             assert run["pipeline"]["batch_1"]["samples_per_second"] > 0, name
+    # interleaved rounds: every contestant timed once per round, each ratio computed per round, median + range
+    for name, run in results["runs"].items():
+        assert run["train"]["windows"] == 2 and len(run["train"]["samples_per_second_windows"]) == 2, name
+    for key in ("plugin_over_plain", "fused_over_sum", "fused_over_slowest_plain", "cached_over_uncached"):
+        spread = results["spread"][key]
+        assert len(spread["rounds"]) == 2 and spread["min"] <= results[key] <= spread["max"], key
+    assert "rounds' range" in (tmp_path / "tiny.md").read_text()
     assert results["runs"]["cached/dme"]["train"]["trainable_parameters"] < results["runs"]["fused/dme"]["train"][
         "trainable_parameters"]
     assert results["feature_cache"]["cache_build_seconds"] > 0

@@ -7,7 +7,7 @@ from datasets import Dataset, load_from_disk
 from transformers import Trainer, TrainingArguments
 
 from hf_multiencoder import MultiEncoderDataCollator, MultiEncoderForSequenceClassification, MultiEncoderTokenizer
-from hf_multiencoder.feature_cache import CachedFeaturesCollator, add_member_features
+from hf_multiencoder.feature_cache import CachedFeaturesCollator, add_member_features, select_pooling
 from hf_multiencoder.optimization import freeze_encoders
 
 SENTENCES = ["the cat sat on the mat", "he went to paris", "a cat runs quickly", "somebody just left new york",
@@ -162,3 +162,32 @@ def test_errors(tiny_paths, tokenizer, dataset):
     mixed = [cached[0], dict(cached[1], encoder_features=[[], [], []])]
     with pytest.raises(ValueError, match="some examples"):
         CachedFeaturesCollator(tokenizer)(mixed)
+
+
+def test_several_poolings_from_one_pass(tiny_paths, tokenizer, dataset, tmp_path):
+    """`poolings=` stores cls, mean and last4 from one pass of each member; each selected pooling gives the logits a
+    model with that pooling computes uncached."""
+    probe = build(tiny_paths, frozen=(0, 1, 2))
+    counters = [CallCounter(m) for m in probe.multiencoder.encoders]
+    cached = add_member_features(dataset, probe, members=[0, 1, 2], batch_size=8, cache_dir=tmp_path,
+                                 poolings=["cls", "mean", "last4"])
+    assert [c.calls for c in counters] == [2, 2, 2]  # 16 examples in batches of 8: one pass per member
+    assert {"encoder_features_cls", "encoder_features_mean", "encoder_features_last4"} <= set(cached.column_names)
+    rows = list(range(len(SENTENCES)))
+    for pooling in ("cls", "mean", "last4"):
+        torch.manual_seed(0)
+        model = MultiEncoderForSequenceClassification.from_encoders(tiny_paths, fusion="dme", pooling=pooling,
+                                                                    num_labels=2).eval()
+        selected = select_pooling(cached, pooling)
+        assert "encoder_features" in selected.column_names
+        assert not [c for c in selected.column_names if c.startswith("encoder_features_")]
+        width = [len(v) for v in selected[0]["encoder_features"]]
+        assert width == ([32 * 4, 40 * 4, 24 * 4] if pooling == "last4" else [32, 40, 24])
+        with torch.no_grad():
+            expected = model(**MultiEncoderDataCollator(tokenizer)([dataset[i] for i in rows])).logits
+            got = model(**CachedFeaturesCollator(tokenizer)([selected[i] for i in rows])).logits
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="No cached features for pooling 'last4_mean'"):
+        select_pooling(cached, "last4_mean")
+    with pytest.raises(ValueError, match="Unknown pooling 'max'"):
+        add_member_features(dataset, probe, members=[0], poolings=["max"])

@@ -131,33 +131,35 @@ def readme_block(name: str) -> str:
     return readme[start:].split("```python\n", 1)[1].split("```", 1)[0]
 
 
+def run_readme_blocks(names: list[str], cwd, without_package: bool = False, timeout: int = 900) -> list[str]:
+    """Run the README blocks `names`, joined, in a fresh interpreter (with `without_package`, one that cannot import
+    hf_multiencoder: site-packages without the editable install) and return its output lines."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    code = "".join(readme_block(name) for name in names)
+    command = [sys.executable, "-c"]
+    if without_package:
+        site_packages = os.path.dirname(os.path.dirname(transformers.__file__))
+        code, command = f"import sys; sys.path.append({site_packages!r})\n" + code, [sys.executable, "-S", "-c"]
+    proc = subprocess.run(command + [code], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.strip().splitlines()
+
+
 @pytest.mark.slow  # three fresh interpreters with the real pair
 def test_readme_examples_run_verbatim_and_print_what_they_claim(tmp_path):
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    use = readme_block("use") + readme_block("trainer")
-    proc = subprocess.run([sys.executable, "-c", use], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = proc.stdout.strip().splitlines()
+    lines = run_readme_blocks(["use", "trainer"], tmp_path)
     assert lines[0] == "torch.Size([2, 2]) torch.Size([2, 2])"
     printed = ast.literal_eval(lines[1])
     assert printed["Sentences"] == ["He can will go"] and printed["Predictions"][0] in ("unacceptable", "acceptable")
     assert list(printed["DME scores"][0]) == ["MiniLM", "MPNet"]
     assert math.isfinite(float(lines[-1]))  # the training loss
     # elsewhere: an interpreter that cannot import hf_multiencoder (site-packages without the editable install)
-    site_packages = os.path.dirname(os.path.dirname(transformers.__file__))
-    elsewhere = f"import sys; sys.path.append({site_packages!r})\n" + readme_block("elsewhere")
-    proc = subprocess.run([sys.executable, "-S", "-c", elsewhere], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    names, result = proc.stdout.strip().splitlines()[-2:]
+    names, result = run_readme_blocks(["elsewhere"], tmp_path, without_package=True, timeout=600)[-2:]
     assert names == "['MiniLM', 'MPNet'] {0: 'unacceptable', 1: 'acceptable'}"
     assert ast.literal_eval(result)[0]["label"] == printed["Predictions"][0]
     # the NER example
-    proc = subprocess.run([sys.executable, "-c", readme_block("ner")], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.strip().splitlines()[-1] == "['John', 'Smith', 'went', 'to', 'Paris'] 5 ['MiniLM', 'MPNet']"
+    tagged = run_readme_blocks(["ner"], tmp_path, timeout=600)[-1]
+    assert tagged == "['John', 'Smith', 'went', 'to', 'Paris'] 5 ['MiniLM', 'MPNet']"
 
 
 def test_members_load_by_name_from_a_plain_shell(tmp_path):
@@ -170,3 +172,21 @@ def test_members_load_by_name_from_a_plain_shell(tmp_path):
         proc = subprocess.run([sys.executable, "-c", code % name], cwd=tmp_path, env=env, capture_output=True,
                               text=True, timeout=300)
         assert proc.returncode == 0 and proc.stdout.strip().endswith("Tokenizer"), proc.stderr[-2000:]
+
+
+@pytest.mark.slow  # two fresh interpreters with the real pair; 2 training steps on slices of CoNLL-2003 and TREC
+def test_readme_multitask_examples_run_verbatim(tmp_path, shared_data):
+    lines = run_readme_blocks(["multitask", "multitask-trainer"], tmp_path)
+    shape, predicted, tags = lines[:3]
+    assert shape == "torch.Size([1, 6])"
+    predicted = ast.literal_eval(predicted)
+    assert predicted["Predictions"][0] in ("ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM")
+    assert list(predicted["DME scores"][0]) == ["MiniLM", "MPNet"]
+    assert len(ast.literal_eval(tags)) == 5
+    assert ast.literal_eval(lines[-2]) == ["eval_ner_overall_f1", "eval_trec_accuracy", "eval_multitask_score"]
+    counts = ast.literal_eval(lines[-1])
+    assert set(counts) == {"ner", "trec"} and sum(counts.values()) == 2
+    # elsewhere: an interpreter that cannot import hf_multiencoder loads the saved folder with the Auto classes
+    loaded, scored = run_readme_blocks(["multitask-elsewhere"], tmp_path, without_package=True, timeout=600)[-2:]
+    assert loaded == "MultiEncoderForMultiTask ['ner', 'trec', 'sts']"
+    assert isinstance(ast.literal_eval(scored)["Predictions"][0], float)

@@ -2,20 +2,18 @@
 
 import json
 import os
-import subprocess
 import sys
-import textwrap
 
 import pytest
 import torch
-import transformers
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
 from transformers.dynamic_module_utils import get_imports
 
 from hf_multiencoder import MultiEncoderForSequenceClassification, MultiEncoderTokenizer
+from hf_multiencoder.testing_utils import run_without_package
 
-SHIPPED = {"configuration_multiencoder.py", "fusion_multiencoder.py", "modeling_multiencoder.py",
-           "tokenization_multiencoder.py"}
+SHIPPED = {"configuration_multiencoder.py", "embedding_multiencoder.py", "fusion_multiencoder.py",
+           "modeling_multiencoder.py", "tokenization_multiencoder.py"}
 
 
 @pytest.fixture(scope="module")
@@ -77,15 +75,8 @@ def test_auto_classes_and_pipeline_in_process(saved):
 def test_trust_remote_code_without_the_package(saved, tmp_path):
     """A fresh interpreter that cannot import hf_multiencoder loads model, tokenizer and pipeline from the folder."""
     folder, logits = saved
-    site_packages = os.path.dirname(os.path.dirname(transformers.__file__))
-    code = textwrap.dedent(f"""
-        import json, sys
-        sys.path.append({site_packages!r})  # site-packages without its .pth files: no editable hf_multiencoder
-        try:
-            import hf_multiencoder
-            print(json.dumps({{"importable": True}})); sys.exit(0)
-        except ImportError:
-            pass
+    result = run_without_package(f"""
+        import json
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
         m = AutoModelForSequenceClassification.from_pretrained({folder!r}, trust_remote_code=True).eval()
@@ -95,16 +86,9 @@ def test_trust_remote_code_without_the_package(saved, tmp_path):
             logits = m(**b).logits.tolist()
         p = pipeline("text-classification", model={folder!r}, trust_remote_code=True)(["He can will go", "a"],
                                                                                      batch_size=2)
-        print(json.dumps({{"importable": False, "model": type(m).__module__, "tokenizer": type(t).__name__,
-                          "logits": logits, "pipeline": p}}))
-    """)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["HF_MODULES_CACHE"] = str(tmp_path / "modules")
-    proc = subprocess.run([sys.executable, "-S", "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["importable"] is False, "the subprocess must not see hf_multiencoder"
+        print(json.dumps({{"model": type(m).__module__, "tokenizer": type(t).__name__, "logits": logits,
+                          "pipeline": p}}))
+    """, tmp_path)
     assert result["model"].startswith("transformers_modules.")
     assert result["tokenizer"] == "MultiEncoderTokenizer"
     torch.testing.assert_close(torch.tensor(result["logits"]), logits, atol=1e-5, rtol=0)

@@ -1,18 +1,15 @@
 """Token classification across members whose tokenizers split words differently."""
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 import torch
-import transformers
 from transformers import AutoModelForTokenClassification, AutoTokenizer
 
 from hf_multiencoder import MultiEncoderForTokenClassification, MultiEncoderTokenizer
 from hf_multiencoder.modeling_multiencoder import pool_words, tags_to_spans, word_tags
+from hf_multiencoder.testing_utils import run_without_package
 
 LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 ID2LABEL = dict(enumerate(LABELS))
@@ -143,16 +140,9 @@ def test_save_load_and_remote_code(tiny_paths, tokenizer, tmp_path):
     again = AutoModelForTokenClassification.from_pretrained(tmp_path / "ner").eval()
     torch.testing.assert_close(again(**batch).logits, ref, atol=1e-5, rtol=0)
 
-    site_packages = os.path.dirname(os.path.dirname(transformers.__file__))
     folder = str(tmp_path / "ner")
     code = textwrap.dedent(f"""
-        import json, sys
-        sys.path.append({site_packages!r})
-        try:
-            import hf_multiencoder
-            sys.exit("hf_multiencoder importable")
-        except ImportError:
-            pass
+        import json
         import torch
         from transformers import AutoModelForTokenClassification, AutoTokenizer
         m = AutoModelForTokenClassification.from_pretrained({folder!r}, trust_remote_code=True).eval()
@@ -162,12 +152,7 @@ def test_save_load_and_remote_code(tiny_paths, tokenizer, tmp_path):
             tags = m.predict_tags(t, ["John went"])[0]["tags"]
             print(json.dumps({{"logits": m(**b).logits.tolist(), "tags": tags}}))
     """)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["HF_MODULES_CACHE"] = str(tmp_path / "modules")
-    proc = subprocess.run([sys.executable, "-S", "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = run_without_package(code, tmp_path)
     torch.testing.assert_close(torch.tensor(result["logits"]), ref, atol=1e-5, rtol=0)
     assert len(result["tags"]) == 2
 
