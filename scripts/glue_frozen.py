@@ -86,8 +86,9 @@ def run_task(task: str, args) -> dict:
 
 def markdown(table: dict, args) -> str:
     lines = ["# Frozen members, trained heads: MiniLM and MPNet on GLUE", "",
-             f"Members frozen (run once per task through the feature cache), heads trained {args.epochs} epochs on "
-             f"the full training sets and evaluated on the full dev sets after each epoch; best-epoch median of "
+             f"Members frozen (run once per task through the feature cache, max_seq_length {args.max_seq_length}), "
+             f"heads trained {args.epochs} epochs (batch {args.batch_size}, lr {args.learning_rate}) on the full "
+             f"training sets and evaluated on the full dev sets after each epoch; best-epoch median of "
              f"{len(args.seeds)} seeds x100 (± std). Rows: each member alone and the pair fused; columns: pooling.",
              ""]
     for task, rows in table.items():
@@ -122,7 +123,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--poolings", nargs="+", default=["cls", "mean", "last4"])
     ap.add_argument("--epochs", type=int, default=8)
     ap.add_argument("--learning_rate", type=float, default=1e-3)
-    ap.add_argument("--batch_size", type=int, default=64)
+    ap.add_argument("--batch_size", type=int, default=128)
     ap.add_argument("--max_seq_length", type=int, default=128)
     ap.add_argument("--head_threads", type=int, default=1, help="torch threads while heads train (members use all)")
     ap.add_argument("--data_dir", default=None)
