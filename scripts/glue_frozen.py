@@ -39,17 +39,21 @@ def run_task(task: str, args) -> dict:
     """Every model x pooling x seed of one task; finished runs are read back from --runs_dir."""
     start, threads = time.perf_counter(), torch.get_num_threads()
     encoders = {**ENCODERS, **dict(m.split("=", 1) for m in args.member)}
-    frozen = encode_task(task, list(encoders.values()), encoder_names=list(encoders), poolings=args.poolings,
-                         data_dir=args.data_dir, cache_dir=args.cache_dir, max_length=args.max_seq_length,
-                         max_train_samples=args.max_train_samples)
     encode_record = os.path.join(args.runs_dir, task, "encode.json")
+    if args.report_only and not os.path.isfile(encode_record):
+        print(f"[frozen] {task}: no finished runs, left out of the report", flush=True)
+        return {}
+    frozen = None if args.report_only else encode_task(
+        task, list(encoders.values()), encoder_names=list(encoders), poolings=args.poolings, data_dir=args.data_dir,
+        cache_dir=args.cache_dir, max_length=args.max_seq_length, max_train_samples=args.max_train_samples)
     if not os.path.isfile(encode_record):  # the first run computed the features: keep what it took
         os.makedirs(os.path.dirname(encode_record), exist_ok=True)
         with open(encode_record, "w") as f:
             json.dump({"seconds": round(frozen.seconds, 1), "examples": frozen.examples}, f)
     with open(encode_record) as f:
         encoding = json.load(f)
-    print(f"[frozen] {task}: members ran over {frozen.examples} examples in {encoding['seconds']:.0f}s", flush=True)
+    print(f"[frozen] {task}: members ran over {encoding['examples']} examples in {encoding['seconds']:.0f}s",
+          flush=True)
     torch.set_num_threads(args.head_threads)  # a head's steps are tiny: more threads only wait on each other
     rows = {}
     for model, (members, fusion, kind) in MODELS.items():
@@ -61,12 +65,16 @@ def run_task(task: str, args) -> dict:
                     with open(path) as f:
                         runs.append(json.load(f))
                     continue
+                if args.report_only:
+                    break
                 result = train_head(frozen, members, fusion=fusion, pooling=pooling, seed=seed, epochs=args.epochs,
                                     learning_rate=args.learning_rate, batch_size=args.batch_size)
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 with open(path, "w") as f:
                     json.dump(result, f, indent=2)
                 runs.append(result)
+            if len(runs) < len(args.seeds):  # --report_only: a row without all its seeds is left out
+                continue
             entry = {**summarize((r["best_epoch_score"] for r in runs), scale=100), "kind": kind, "fusion": fusion,
                      "pooling": pooling, "seeds": list(args.seeds),
                      "final_epoch": summarize((r["final_epoch_score"] for r in runs), scale=100),
@@ -101,6 +109,9 @@ def markdown(table: dict, args) -> str:
                                                        for c in cells) + " |")
         members = [v for k, v in rows.items() if v.get("kind") == "member"]
         fused = [(k, v) for k, v in rows.items() if v.get("kind") == "fused"]
+        if not members or not fused:
+            lines += ["", "(Not every row has finished: no comparison yet.)", ""]
+            continue
         best_member = max(members, key=lambda e: e["median"])
         best_key, best_fused = max(fused, key=lambda kv: kv[1]["median"])
         gap = best_fused["median"] - best_member["median"]
@@ -125,6 +136,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--learning_rate", type=float, default=1e-3)
     ap.add_argument("--batch_size", type=int, default=128)
     ap.add_argument("--max_seq_length", type=int, default=128)
+    ap.add_argument("--report_only", action="store_true",
+                    help="write the tables from the finished runs only (rows missing a seed are left out)")
     ap.add_argument("--head_threads", type=int, default=1, help="torch threads while heads train (members use all)")
     ap.add_argument("--data_dir", default=None)
     ap.add_argument("--member", action="append", default=[], help="NAME=PATH: load member NAME from PATH")
@@ -134,10 +147,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--results", default=os.path.join(REPO, "results"))
     args = ap.parse_args(argv)
     start = time.perf_counter()
-    table = {task: run_task(task, args) for task in args.tasks}
+    table = {task: rows for task in args.tasks if (rows := run_task(task, args))}
     os.makedirs(args.results, exist_ok=True)
     summary = {"settings": {k: v for k, v in vars(args).items() if k not in ("cache_dir", "runs_dir", "results",
-                                                                              "data_dir")},
+                                                                              "data_dir", "report_only")},
                "members": ENCODERS, "this_call_seconds": round(time.perf_counter() - start),
                "seconds": round(sum(r["_timing"]["encode_seconds"] + r["_timing"]["head_seconds"]
                                     for r in table.values()))}
