@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import datasets
 import torch
-from transformers import AutoModel, TrainingArguments, set_seed
+from transformers import AutoModel, PrinterCallback, TrainingArguments, set_seed
 
 from .configuration_multiencoder import MultiEncoderConfig
 from .data import load_task, tokenize_task
@@ -147,6 +147,7 @@ def train_head(
         trainer = MultiEncoderTrainer(model=model, args=args, train_dataset=data["train"],
                                       eval_dataset=data["validation"], data_collator=CachedFeaturesCollator(tokenizer),
                                       compute_metrics=build_compute_metrics(spec, list(members)))
+        trainer.remove_callback(PrinterCallback)  # no dict printed per evaluation: the caller reports the scores
         start = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - start
