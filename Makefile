@@ -6,7 +6,7 @@ PIP    := $(PY) -m pip
 # No HF_HOME here: `make encoders` seeds the standard Hugging Face cache ($HF_HOME if you set one, else
 # ~/.cache/huggingface), so every later command, script and notebook finds the members by name.
 
-.PHONY: install test test-fast demo encoders quality benchmark clean
+.PHONY: install test test-fast demo encoders compat quality benchmark clean
 
 $(VENV)/.installed: setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,7 @@ install: $(VENV)/.installed
 
 TEST_ENV := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
-test: install encoders
+test: install encoders compat
 	$(TEST_ENV) $(PY) -m pytest -q -ra
 
 # the inner loop: everything but the tests marked slow (subprocesses, compiles, end-to-end scripts)
@@ -29,6 +29,11 @@ test-fast: install
 
 encoders: install
 	$(PY) scripts/install_encoders.py --python $(PY)
+
+# the cached venvs of tests/test_compat.py (transformers 4.57.6 for the shipped code, 5.0.0 = setup.py's floor);
+# rebuilt only when their requirements or setup.py change; one that cannot be built makes its test skip, saying why
+compat: install
+	$(PY) -c "from hf_multiencoder.testing_utils import build_compat_venvs; build_compat_venvs()"
 
 demo: install encoders
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) scripts/demo.py

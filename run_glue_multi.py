@@ -47,7 +47,13 @@ from hf_multiencoder.metrics import build_compute_metrics, fusion_weights_from_m
 from hf_multiencoder.model_card import MultiEncoderModelCardData, save_seeds_card
 from hf_multiencoder.modeling_multiencoder import word_tags
 from hf_multiencoder.results import format_summary, mean_by_key, summarize
-from hf_multiencoder.runs import check_resume_args, prepare_output_dir, resolve_resume, write_run_args
+from hf_multiencoder.runs import (
+    check_resume_args,
+    prepare_output_dir,
+    resolve_resume,
+    save_final_model,
+    write_run_args,
+)
 from hf_multiencoder.tasks import TASKS, TaskSpec
 
 logger = logging.getLogger(__name__)
@@ -467,7 +473,7 @@ def train_and_save(trainer, training_args, before_save=None) -> dict:
     bad = [n for n, p in trainer.model.named_parameters() if not torch.isfinite(p).all()]
     if bad:
         raise FloatingPointError(f"Training left non-finite weights ({bad[:3]}...); nothing was saved as the result.")
-    trainer.save_model()
+    save_final_model(trainer)  # whole or not at all; pushed once, at the end of the script
     metrics = dict(train_result.metrics, train_samples=len(trainer.train_dataset))
     trainer.log_metrics("train", metrics)
     trainer.save_metrics("train", metrics)

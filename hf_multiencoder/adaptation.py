@@ -61,7 +61,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_N
 
 from .corpus import tokenize_corpus
 from .optimization import multiencoder_base
-from .runs import last_complete_checkpoint, save_into
+from .runs import AtomicCheckpointMixin, last_complete_checkpoint, save_into
 from .tokenization_multiencoder import pad_rows
 
 logger = logging.getLogger(__name__)
@@ -195,7 +195,7 @@ def _keep_positions(output, keep: torch.Tensor):
     return output
 
 
-class AdaptationTrainer(Trainer):
+class AdaptationTrainer(AtomicCheckpointMixin, Trainer):
     """The stock `Trainer`, whose masked-LM loss runs the vocabulary head only where a token is masked.
 
     Masked-LM classes project every position onto the vocabulary although only the masked ones (15%) are scored;

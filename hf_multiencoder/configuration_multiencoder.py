@@ -106,8 +106,10 @@ class MultiEncoderConfig(PreTrainedConfig):
         embedding_weights (`list[float]`, *optional*):
             One positive weight per member for `"normalized_concat"` (default: all 1).
         tokenizer_fingerprints (`list[str]`, *optional*):
-            A fingerprint of each member's tokenizer (vocabulary and special tokens), recorded the first time a
-            [`MultiEncoderTokenizer`] is checked against the model, so that a loaded model refuses another tokenizer.
+            A fingerprint of each member's tokenizer (vocabulary and special tokens; None where unknown), recorded
+            by `from_encoders` from each member checkpoint's own tokenizer (else the first time a
+            [`MultiEncoderTokenizer`] is checked against the model), so that a loaded model, and loading the
+            tokenizer from the model's folder, refuse another tokenizer.
 
     The config is written the classic way (an explicit ``__init__``), so the shipped file works on transformers 4.x and
     on every 5.x release alike.

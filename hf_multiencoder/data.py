@@ -389,6 +389,26 @@ def _sort_tags(tags: Iterable[str]) -> list[str]:
     return ["O"] + sorted({t for t in tags if t != "O"})
 
 
+def _training_tags(sentences: dict, files: dict[str, str]) -> list[str]:
+    """The tags a token model trains with, from the training file only (as run_ner.py): its tags, each entity type
+    with both its B- and I- tag, "O" first. A tag of another file whose type the training file lacks is an error
+    naming it (a dev-only tag would otherwise become a class the model never sees trained)."""
+    source = "train" if "train" in sentences else next(iter(sentences))
+    seen = {tag for _, tags in sentences[source] for tag in tags}
+    types = {tag[2:] for tag in seen if tag[:2] in ("B-", "I-")}
+    label_list = _sort_tags(seen | {f"{prefix}-{t}" for t in types for prefix in "BI"})
+    for split, sents in sentences.items():
+        unseen = sorted({tag for _, tags in sents for tag in tags} - set(label_list))
+        if unseen:
+            lower = {tag.lower(): tag for tag in label_list}
+            hints = [f"{tag!r} -> {lower[tag.lower()]!r}" for tag in unseen if tag.lower() in lower]
+            raise ValueError(
+                f"{files[split]}: tag(s) {unseen} do not occur in {files[source]}, whose tags {label_list} are the "
+                f"ones the model trains with." + (f" Different case? {', '.join(hints)}." if hints else "")
+                + " Pass label_list to name every tag yourself.")
+    return label_list
+
+
 def _read_conll_splits(files: dict[str, str], iob1: bool, token_column: int = 0, tag_column: int = -1) -> dict:
     """split -> sentences; a file named for two splits (MIT: test = validation) is read once."""
     cache: dict[str, list] = {}
@@ -421,7 +441,8 @@ def load_conll_files(
 
     Args:
         train_file, validation_file, test_file: The files; at least one is needed.
-        label_list: The tag names in id order. If None, the tags of all files, "O" first then sorted by type.
+        label_list: The tag names in id order. If None, the training file's tags (each type's B- and I- tag), "O"
+            first then sorted; another file's tag outside them is an error.
         iob1: Convert IOB1 tags (CoNLL-2003's original scheme) to IOB2.
 
     Returns:
@@ -434,7 +455,7 @@ def load_conll_files(
         raise ValueError("load_conll_files needs at least one of train_file, validation_file or test_file.")
     sentences = _read_conll_splits(files, iob1)
     if label_list is None:
-        label_list = _sort_tags(tag for sents in sentences.values() for _, tags in sents for tag in tags)
+        label_list = _training_tags(sentences, files)
     dataset = DatasetDict({split: _conll_dataset(s, label_list, files[split]) for split, s in sentences.items()})
     spec = TaskSpec("custom_ner", kind="token", label_list=list(label_list),
                     validation_splits=("validation",) if "validation" in dataset else (),

@@ -25,6 +25,7 @@ from transformers import Trainer
 
 from .distributed import check_fsdp_layer_classes
 from .model_card import README_NAME, ModelCardCallback, MultiEncoderModelCardData, save_model_card
+from .runs import AtomicCheckpointMixin
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ def pin_model_card_revision(folder: str | os.PathLike, card_data: MultiEncoderMo
     )
 
 
-class MultiEncoderTrainer(Trainer):
+class MultiEncoderTrainer(AtomicCheckpointMixin, Trainer):
     """A `Trainer` whose model card is the multi-encoder's, and that stops on a non-finite loss.
 
     Adds a [`ModelCardCallback`] (unless one is given in `callbacks`) and overrides `create_model_card`, which

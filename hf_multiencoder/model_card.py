@@ -494,9 +494,9 @@ class MultiEncoderModelCardData(CardData):
                                                          None if isinstance(example, str) else example[1])
         data["data_limits"] = [text for text in (
             f"Evaluated on the first {self.eval_samples_limit} examples of each evaluated split (`max_eval_samples`), "
-            f"not on the whole split" if self.eval_samples_limit else None,
-            f"trained on the first {self.train_samples_limit} training examples (`max_train_samples`)"
-            if self.train_samples_limit else None) if text]
+            f"not on the whole split." if self.eval_samples_limit else None,
+            f"Trained on the first {self.train_samples_limit} training examples (`max_train_samples`), not on the "
+            f"whole training set." if self.train_samples_limit else None) if text]
         if self.eval_results_dict:
             data["metrics"] = list(self.eval_results_dict[self.main_split])
             data["model-index"] = eval_results_to_model_index(data["model_name"], self.get_eval_results())

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
-from transformers import AutoConfig, AutoModel, PreTrainedModel
+from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
 from transformers.utils import ModelOutput, logging
 
 try:  # transformers 5.x: initialisers that skip weights already loaded
@@ -28,6 +28,7 @@ except ImportError:  # transformers 4.x: the shipped files load there too
 from .configuration_multiencoder import MultiEncoderConfig, set_member_dropout
 from .embedding_multiencoder import MultiEncoderEmbeddingMixin
 from .fusion_multiencoder import build_fusion
+from .tokenization_multiencoder import tokenizer_fingerprint
 
 _INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids", "word_ids")
 # Members' poolers are kept (an exported member loads clean) but unused; checkpoints of earlier versions lack them.
@@ -398,12 +399,26 @@ class MultiEncoderPreTrainedModel(MultiEncoderEmbeddingMixin, PreTrainedModel):
             if dropout is not None:
                 set_member_dropout(member_config, dropout)
             members.append(AutoModel.from_pretrained(name, config=member_config, **encoder_kwargs))
+        if "tokenizer_fingerprints" not in kwargs:
+            kwargs["tokenizer_fingerprints"] = _member_tokenizer_fingerprints(encoders, encoder_kwargs)
         config = cls.config_class.from_encoder_configs(
             [m.config for m in members], encoder_names=encoder_names or [str(e) for e in encoders], **kwargs
         )
         model = cls(config, encoders=members)
         model.base_model._untrained_fusion = config.fusion != "concat"  # `encode` warns until a training step
         return model
+
+
+def _member_tokenizer_fingerprints(encoders, encoder_kwargs) -> list[str | None] | None:
+    """Each member checkpoint's own tokenizer fingerprint (None for a checkpoint without a tokenizer), recorded at
+    assembly so that a tokenizer swapped later is refused (`MultiEncoderTokenizer.check_model` and its loading)."""
+    prints = []
+    for name in encoders:
+        try:
+            prints.append(tokenizer_fingerprint(AutoTokenizer.from_pretrained(name, **encoder_kwargs)))
+        except (OSError, ValueError, TypeError, KeyError):  # no tokenizer files: nothing to record for this member
+            prints.append(None)
+    return prints if any(p is not None for p in prints) else None
 
 
 class MultiEncoderModel(MultiEncoderPreTrainedModel):

@@ -69,7 +69,14 @@ from .adaptation import (
 )
 from .corpus import tokenize_corpus
 from .modeling_rtd import REPLACED_LABEL, RTDForPreTraining, word_embeddings_size
-from .runs import check_resume_args, prepare_output_dir, resolve_resume, save_into, write_run_args
+from .runs import (
+    AtomicCheckpointMixin,
+    check_resume_args,
+    prepare_output_dir,
+    resolve_resume,
+    save_into,
+    write_run_args,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -308,7 +315,7 @@ def rtd_metrics(counts: Counter) -> dict[str, float]:
     }
 
 
-class RTDTrainer(Trainer):
+class RTDTrainer(AtomicCheckpointMixin, Trainer):
     """The stock `Trainer` for [`RTDForPreTraining`], which also logs the replaced-token metrics (`rtd_metrics`) with
     every training log (over the steps since the last one) and every evaluation (prefixed `eval_`)."""
 

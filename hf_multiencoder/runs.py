@@ -5,6 +5,8 @@
   leaves weights without `trainer_state.json`, or a truncated one; such a folder is skipped, with a warning).
 - [`write_run_args`] / [`check_resume_args`]: `run_args.json` records the model and data arguments of a run, so that
   resuming with other ones is an error instead of a silently different model.
+- [`AtomicCheckpointMixin`]: a `Trainer` whose `checkpoint-N/` folders appear only complete (written into a staging
+  folder, then renamed), and [`save_final_model`]: a run's final model files, whole or not at all.
 
 Training-side code: not shipped with the weights.
 """
@@ -19,9 +21,16 @@ import shutil
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+try:  # transformers >= 5.x where the rotation is a function; earlier 5.x releases have the Trainer method
+    from transformers.trainer_utils import rotate_checkpoints
+except ImportError:
+    rotate_checkpoints = None
+
 logger = logging.getLogger(__name__)
 
 RUN_ARGS_NAME = "run_args.json"
+STAGING_DIR = ".checkpoint.partial"  # not named checkpoint-N: neither the Trainer nor `list_checkpoints` sees it
+FINAL_PARTIAL = ".final.partial"
 _CHECKPOINT = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
 _WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors")
 
@@ -98,18 +107,90 @@ def prepare_output_dir(output_dir: str, overwrite: bool = False, resuming: bool 
     os.makedirs(output_dir, exist_ok=True)
 
 
-def save_into(output_dir: str, save, partial: str = ".final.partial") -> None:
+def save_into(output_dir: str, save, partial: str = FINAL_PARTIAL) -> None:
     """Write a run's final files whole or not at all: `save(folder)` writes them into a temporary folder inside
     `output_dir`, then each is moved into `output_dir` (replacing an older one of the same name)."""
     tmp = os.path.join(output_dir, partial)
     shutil.rmtree(tmp, ignore_errors=True)
     save(tmp)
+    _publish(tmp, output_dir)
+
+
+def _publish(tmp: str, output_dir: str) -> None:
+    """Move every entry of `tmp` into `output_dir` (each `os.replace` is atomic), then remove `tmp`."""
     for entry in os.listdir(tmp):
         destination = os.path.join(output_dir, entry)
         if os.path.isdir(destination):
             shutil.rmtree(destination)
         os.replace(os.path.join(tmp, entry), destination)
     os.rmdir(tmp)
+
+
+def save_final_model(trainer, output_dir: str | None = None) -> None:
+    """`trainer.save_model()` into `output_dir` (default `args.output_dir`), whole or not at all: every process saves
+    into one staging folder (FSDP gathers its shards collectively), then the main process moves the files in. A kill
+    in the middle leaves the staging folder, never a half-written model. Nothing is pushed here (the scripts push once,
+    at the end)."""
+    output_dir = output_dir or trainer.args.output_dir
+    tmp = os.path.join(output_dir, FINAL_PARTIAL)
+    if trainer.args.should_save:
+        shutil.rmtree(tmp, ignore_errors=True)
+    trainer.accelerator.wait_for_everyone()
+    trainer.save_model(tmp, _internal_call=True)
+    trainer.accelerator.wait_for_everyone()
+    if trainer.args.should_save:
+        _publish(tmp, output_dir)
+    trainer.accelerator.wait_for_everyone()
+
+
+class AtomicCheckpointMixin:
+    """For a `Trainer` subclass: each `checkpoint-N/` appears only once complete. The stock Trainer writes weights,
+    optimizer, RNG and `trainer_state.json` straight into `checkpoint-N/`, so a `kill -9` in the middle leaves a
+    folder that looks like a checkpoint and is not one. Here the Trainer saves into `<run>/.checkpoint.partial/`
+    (every process, so sharded saves work), then the main process renames it into place and rotates the old
+    checkpoints. A killed save leaves only the staging folder, which the next save replaces."""
+
+    _checkpoint_staging: str | None = None
+
+    def _get_output_dir(self, trial):
+        return self._checkpoint_staging or super()._get_output_dir(trial=trial)
+
+    def _save_checkpoint(self, model, trial):
+        run_dir = self._get_output_dir(trial=trial)
+        staging = os.path.join(run_dir, STAGING_DIR)
+        if self.args.should_save:
+            shutil.rmtree(staging, ignore_errors=True)
+        self.accelerator.wait_for_everyone()
+        self._checkpoint_staging = staging
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self._checkpoint_staging = None
+        self.accelerator.wait_for_everyone()
+        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        final = os.path.join(run_dir, name)
+        # the Trainer took the staging folder for the run's: point the best checkpoint at its final place
+        best = self.state.best_model_checkpoint
+        if best is not None and os.path.dirname(os.path.normpath(best)) == os.path.normpath(staging):
+            self.state.best_model_checkpoint = os.path.join(run_dir, os.path.basename(os.path.normpath(best)))
+        elif self.state.best_global_step:
+            candidate = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.best_global_step}")
+            if os.path.isdir(candidate):
+                self.state.best_model_checkpoint = candidate
+        if self.args.should_save:
+            state_file = os.path.join(staging, name, "trainer_state.json")
+            if os.path.isfile(state_file):  # rewritten with the final paths, before the folder appears
+                self.state.save_to_json(state_file)
+            if os.path.isdir(final):  # the same step saved again (e.g. a resumed run): the old copy goes
+                shutil.rmtree(final)
+            os.replace(os.path.join(staging, name), final)
+            shutil.rmtree(staging, ignore_errors=True)
+            if rotate_checkpoints is not None:
+                rotate_checkpoints(output_dir=run_dir, save_total_limit=self.args.save_total_limit,
+                                   best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)
+            else:
+                self._rotate_checkpoints(use_mtime=True, output_dir=run_dir)
+        self.accelerator.wait_for_everyone()
 
 
 def write_run_args(output_dir: str, args: dict) -> str:
@@ -135,5 +216,6 @@ def check_resume_args(output_dir: str, args: dict, keys: list[str]) -> None:
                          f"{'; '.join(changed)}. Resume with the same arguments, or start a new run.")
 
 
-__all__ = ["check_resume_args", "checkpoint_problem", "last_complete_checkpoint", "list_checkpoints",
-           "prepare_output_dir", "resolve_resume", "save_into", "write_run_args"]
+__all__ = ["AtomicCheckpointMixin", "check_resume_args", "checkpoint_problem", "last_complete_checkpoint",
+           "list_checkpoints", "prepare_output_dir", "resolve_resume", "save_final_model", "save_into",
+           "write_run_args"]

@@ -36,6 +36,27 @@ def member_folder(i: int) -> str:
     return f"tokenizer_{i}"
 
 
+def tokenizer_fingerprint(tokenizer) -> str:
+    """A short hash of a tokenizer's vocabulary and special tokens: two tokenizers with the same fingerprint tokenize
+    alike (slow and fast classes of one tokenizer share it)."""
+    content = {"vocab": sorted(tokenizer.get_vocab().items()), "special": tokenizer.all_special_tokens,
+               "class": type(tokenizer).__name__.removesuffix("Fast")}
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def check_fingerprints(recorded: list[str] | None, fingerprints: list[str], names: list[str]) -> None:
+    """Raise a ``ValueError`` naming the members whose tokenizer is not the one ``recorded`` (a model's
+    ``config.tokenizer_fingerprints``) was made from."""
+    if recorded is None:
+        return
+    changed = [i for i, (a, b) in enumerate(zip(recorded, fingerprints)) if a is not None and a != b]
+    if changed:
+        raise ValueError(
+            f"The tokenizer of member(s) {[names[i] for i in changed]} is not the one this model was trained "
+            f"with (its vocabulary or special tokens differ; was a tokenizer_<i>/ folder replaced?). Use the "
+            f"tokenizer saved with the model.")
+
+
 def pad_rows(rows, value: int, length: int | None = None, multiple_of: int | None = None, as_tensor: bool = True,
              dtype: torch.dtype = torch.long):
     """Right-pad rows (lists or 1-D tensors) to one length: at least ``length``, else the longest row, rounded up to
@@ -136,8 +157,19 @@ class MultiEncoderTokenizer(PushToHubMixin):
                                           subfolder=f"{parent}/{sub}" if parent else sub, **hub_kwargs)
             for sub in tok_config["member_tokenizers"]
         ]
-        return cls(tokenizers, encoder_names=tok_config.get("encoder_names"),
-                   name_or_path=str(pretrained_model_name_or_path))
+        tokenizer = cls(tokenizers, encoder_names=tok_config.get("encoder_names"),
+                        name_or_path=str(pretrained_model_name_or_path))
+        # a model saved beside (a trained folder, a Hub repository): its recorded fingerprints must match, so that a
+        # swapped tokenizer_<i>/ folder fails here, for `pipeline` and every other caller, not only in `check_model`
+        model_config = cached_file(pretrained_model_name_or_path, "config.json", **hub_kwargs,
+                                   _raise_exceptions_for_missing_entries=False,
+                                   _raise_exceptions_for_connection_errors=False)
+        if model_config is not None:
+            with open(model_config, encoding="utf-8") as f:
+                recorded = json.load(f).get("tokenizer_fingerprints")
+            if recorded is not None and len(recorded) == tokenizer.num_encoders:
+                check_fingerprints(recorded, tokenizer.member_fingerprints(), tokenizer.encoder_names)
+        return tokenizer
 
     def save_pretrained(self, save_directory, push_to_hub: bool = False, **kwargs) -> tuple[str, ...]:
         """Save every member tokenizer (``tokenizer_<i>/``) and ``tokenizer_config.json``. With ``push_to_hub=True``
@@ -199,12 +231,7 @@ class MultiEncoderTokenizer(PushToHubMixin):
     def member_fingerprints(self) -> list[str]:
         """A short hash of each member tokenizer's vocabulary and special tokens: two tokenizers with the same
         fingerprint tokenize alike."""
-        prints = []
-        for tok in self.tokenizers:
-            content = {"vocab": sorted(tok.get_vocab().items()), "special": tok.all_special_tokens,
-                       "class": type(tok).__name__.removesuffix("Fast")}
-            prints.append(hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16])
-        return prints
+        return [tokenizer_fingerprint(tok) for tok in self.tokenizers]
 
     def check_model(self, model) -> None:
         """Raise a ``ValueError`` if this tokenizer was built for other members than ``model``'s.
@@ -234,15 +261,9 @@ class MultiEncoderTokenizer(PushToHubMixin):
                                  f"member's config with {pad}: the tokenizer was built for another model.")
         fingerprints = self.member_fingerprints()
         recorded = getattr(model.config, "tokenizer_fingerprints", None)
-        if recorded is None:
+        check_fingerprints(recorded, fingerprints, names)
+        if recorded is None or None in recorded:
             model.config.tokenizer_fingerprints = fingerprints
-        else:
-            changed = [i for i, (a, b) in enumerate(zip(recorded, fingerprints)) if a != b]
-            if changed:
-                raise ValueError(
-                    f"The tokenizer of member(s) {[names[i] for i in changed]} is not the one this model was trained "
-                    f"with (its vocabulary or special tokens differ; was a tokenizer_<i>/ folder replaced?). Use the "
-                    f"tokenizer saved with the model.")
 
     # ---- encoding ---------------------------------------------------------------------------------------------
     def __call__(

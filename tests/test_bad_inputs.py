@@ -56,8 +56,11 @@ def _files(tmp_path, train: str | bytes, dev: str | None = None, name="train.csv
     return load
 
 
-def _conll(tmp_path, text: str | bytes, name="train.conll"):
-    return lambda: load_conll_files(write(tmp_path / name, text))
+def _conll(tmp_path, text: str | bytes, name="train.conll", dev: str | None = None):
+    def load():
+        dev_file = write(tmp_path / "dev.conll", dev) if dev is not None else None
+        return load_conll_files(write(tmp_path / name, text), dev_file)
+    return load
 
 
 def _swap_members(pair):
@@ -132,6 +135,9 @@ CASES = {
                                                                    text_columns=["body"]), ValueError,
                                           r"no text column\(s\) \['body'\]"),
     # CoNLL files
+    "a CoNLL dev tag unseen in training": (lambda p, t, tmp: _conll(tmp, "John B-PER\nlives O\n",
+                                                                   dev="Paris B-LOC\n"), ValueError,
+                                          r"dev\.conll: tag\(s\) \['B-LOC'\] do not occur in .*train\.conll"),
     "a token without a tag": (lambda p, t, tmp: _conll(tmp, "John B-PER\nlives\nhere O\n"), ValueError,
                               r"train\.conll:2: 1 column\(s\) where the file's first line has 2"),
     "a B_PER typo": (lambda p, t, tmp: _conll(tmp, "John B_PER\nlives O\n"), ValueError,
@@ -188,25 +194,38 @@ def test_padding_without_attention_mask_is_masked(pair, caplog):
 
 def test_a_swapped_tokenizer_folder_is_refused(pair, tiny_paths, tmp_path):
     """A tokenizer_1/ folder replaced by another member's tokenizer (smaller vocabulary) passes the size check: the
-    fingerprint recorded in the config at training time catches it."""
+    fingerprints `from_encoders` records from each member's own tokenizer catch it, when the tokenizer is loaded from
+    the model's folder (so `pipeline` refuses it too) and in `check_model`."""
+    from transformers import pipeline
+
     model, tokenizer = pair
     model = MultiEncoderForSequenceClassification.from_encoders(tiny_paths[:2], encoder_names=NAMES, num_labels=2)
-    tokenizer.check_model(model)  # records the fingerprints
+    assert model.config.tokenizer_fingerprints == tokenizer.member_fingerprints()  # recorded at assembly
     model.save_pretrained(tmp_path / "m")
     tokenizer.save_pretrained(tmp_path / "m")
     assert json.load(open(tmp_path / "m" / "config.json"))["tokenizer_fingerprints"] == tokenizer.member_fingerprints()
     distil = MultiEncoderTokenizer.from_encoders([tiny_paths[2]]).tokenizers[0]  # same pad id, smaller vocabulary
     shutil.rmtree(tmp_path / "m" / "tokenizer_0")
     distil.save_pretrained(tmp_path / "m" / "tokenizer_0")
+    swapped = r"tokenizer of member\(s\) \['bert'\] is not the one"
+    with pytest.raises(ValueError, match=swapped):
+        MultiEncoderTokenizer.from_pretrained(str(tmp_path / "m"))
+    with pytest.raises(ValueError, match=swapped):
+        pipeline("text-classification", model=str(tmp_path / "m"))
     loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path / "m")
-    swapped = MultiEncoderTokenizer.from_pretrained(str(tmp_path / "m"))  # loading alone is fine
-    with pytest.raises(ValueError, match=r"tokenizer of member\(s\) \['bert'\] is not the one"):
-        loaded.predict_with_fusion_weights(swapped, ["a cat"])
+    other = MultiEncoderTokenizer([distil, tokenizer.tokenizers[1]], encoder_names=NAMES)  # built elsewhere
+    with pytest.raises(ValueError, match=swapped):
+        loaded.predict_with_fusion_weights(other, ["a cat"])
     # a swap that changes the pad id is caught before the fingerprints
-    shutil.rmtree(tmp_path / "m" / "tokenizer_1")
-    distil.save_pretrained(tmp_path / "m" / "tokenizer_1")
+    other = MultiEncoderTokenizer([tokenizer.tokenizers[0], distil], encoder_names=NAMES)
     with pytest.raises(ValueError, match=r"Member 1 \('roberta'\): the tokenizer pads with id 0 but the member's"):
-        loaded.predict_with_fusion_weights(MultiEncoderTokenizer.from_pretrained(str(tmp_path / "m")), ["a cat"])
+        loaded.predict_with_fusion_weights(other, ["a cat"])
+    # a model whose members came without tokenizers records them the first time a tokenizer is checked
+    unrecorded = MultiEncoderForSequenceClassification(loaded.config.__class__(
+        encoders=loaded.config.encoders, encoder_names=NAMES, num_labels=2))
+    assert unrecorded.config.tokenizer_fingerprints is None
+    tokenizer.check_model(unrecorded)
+    assert unrecorded.config.tokenizer_fingerprints == tokenizer.member_fingerprints()
 
 
 def test_a_config_edited_after_saving_is_refused(pair, tmp_path):
@@ -263,6 +282,71 @@ def test_rerun_into_a_used_folder_and_resume(tiny_paths, data, tmp_path, caplog)
                              "--save_strategy", "no"))
     assert not [d for d in os.listdir(out) if d.startswith("checkpoint-")]
     assert json.load(open(out / "run_args.json"))["training.seed"] == 99
+
+
+KILLED_RUN = """
+import os, signal, sys
+import transformers
+import run_glue_multi
+
+where, step = sys.argv[1], int(sys.argv[2])
+original = transformers.Trainer._save_rng_state if where == "checkpoint" else transformers.Trainer._save
+
+
+def killed(self, output_dir, *args, **kwargs):  # kill -9 in the middle of a save: some files written, not all
+    if self.state.global_step == step and (where == "checkpoint" or ".final.partial" in str(output_dir)):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return original(self, output_dir, *args, **kwargs)
+
+
+setattr(transformers.Trainer, "_save_rng_state" if where == "checkpoint" else "_save", killed)
+run_glue_multi.main(sys.argv[3:])
+"""
+
+
+@pytest.mark.slow  # three short trainings, two of them in killed subprocesses
+def test_kill_during_a_save_leaves_no_half_written_checkpoint_or_model(tiny_paths, data, tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    run_args = args(tiny_paths, data, out, "--seed", "7", "--save_strategy", "epoch", "--save_only_model", "false")
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    # killed after the weights and optimizer of checkpoint-8 are written, before its RNG and trainer state
+    killed = subprocess.run([sys.executable, "-c", KILLED_RUN, "checkpoint", "8", *run_args], env=env,
+                            capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    staged = out / ".checkpoint.partial" / "checkpoint-8"
+    assert (staged / "model.safetensors").is_file() and not (staged / "trainer_state.json").exists()
+    assert sorted(d for d in os.listdir(out) if d.startswith("checkpoint-")) == ["checkpoint-4"]  # only complete
+    assert not (out / "model.safetensors").exists()
+    # resuming takes the complete checkpoint, trains steps 5-8 again, and the staging folder is gone
+    table = run_glue_multi.main(args(tiny_paths, data, out, "--seed", "7", "--save_strategy", "epoch",
+                                     "--save_only_model", "false", "--resume_from_checkpoint", "true"))
+    assert table["runs"][0]["seed"] == 7 and json.load(open(out / "trainer_state.json"))["global_step"] == 8
+    assert not (out / ".checkpoint.partial").exists() and (out / "checkpoint-8" / "trainer_state.json").is_file()
+    # killed in the middle of the final save: the folder holds no half-written model, only checkpoints
+    out2 = tmp_path / "run2"
+    run_args = args(tiny_paths, data, out2, "--seed", "7", "--save_strategy", "no")
+    killed = subprocess.run([sys.executable, "-c", KILLED_RUN, "final", "8", *run_args], env=env,
+                            capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert not (out2 / "model.safetensors").exists() and not (out2 / "config.json").exists()
+
+
+def test_a_checkpoint_with_weights_but_no_state_is_skipped(tmp_path, caplog):
+    """What a plain Trainer leaves after a kill -9 in a save (weights, no trainer_state.json) is never resumed."""
+    for step, files in ((4, ("model.safetensors", "optimizer.pt", "trainer_state.json")),
+                        (8, ("model.safetensors", "optimizer.pt"))):
+        folder = tmp_path / f"checkpoint-{step}"
+        folder.mkdir()
+        for name in files:
+            (folder / name).write_text("{}")
+    with caplog.at_level(logging.WARNING):
+        assert last_complete_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-4")
+    assert "checkpoint-8: no trainer_state.json (the save was interrupted)" in caplog.text
+    with pytest.raises(ValueError, match="Cannot resume from .*checkpoint-8: no trainer_state.json"):
+        run_glue_multi.resolve_resume(str(tmp_path), str(tmp_path / "checkpoint-8"))
 
 
 def test_inf_label_run_stops_at_load(tiny_paths, tmp_path):

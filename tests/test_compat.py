@@ -17,36 +17,22 @@ import textwrap
 import pytest
 import torch
 
-from hf_multiencoder import MultiEncoderForSequenceClassification, MultiEncoderTokenizer
+from hf_multiencoder import MultiEncoderForSequenceClassification, MultiEncoderTokenizer, testing_utils
+from hf_multiencoder.testing_utils import COMPAT_ENVS, REPO_ROOT
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COMPAT_ROOT = os.path.join(REPO_ROOT, ".venv-compat")
 TEXTS = ["He can will go", "the cat sat on the mat , somebody just left"]
+VERSIONS = dict((package, version) for version, package in COMPAT_ENVS)  # with the package -> version
 
 pytestmark = pytest.mark.slow  # a virtual environment to build (once) and a fresh interpreter per test
 
 
 def compat_python(transformers_version: str, with_package: bool) -> str:
-    """The interpreter of a cached venv with torch 2.13.0 and transformers==version (and this package with its
-    dependencies, if asked); built on first use. Skips the test, with the reason, if it cannot be built."""
-    name = f"transformers-{transformers_version}" + ("-package" if with_package else "")
-    venv = os.path.join(COMPAT_ROOT, name)
-    python = os.path.join(venv, "bin", "python")
-    marker = os.path.join(venv, ".installed")
-    if not os.path.isfile(marker):
-        requirements = ["torch==2.13.0", f"transformers=={transformers_version}"]
-        if with_package:
-            requirements += ["-e", REPO_ROOT]
-        commands = [[sys.executable, "-m", "venv", "--clear", venv],
-                    [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *requirements]]
-        for command in commands:
-            proc = subprocess.run(command, capture_output=True, text=True, timeout=1200)
-            if proc.returncode != 0:
-                pytest.skip(f"could not build the transformers {transformers_version} environment "
-                            f"({' '.join(command[:4])}...): {proc.stderr.strip().splitlines()[-1:]}")
-        with open(marker, "w") as f:
-            f.write(transformers_version)
-    return python
+    """The cached environment's interpreter (`make test` builds them first); skips the test, saying why, if it
+    cannot be built (no PyPI)."""
+    try:
+        return testing_utils.compat_python(transformers_version, with_package)
+    except RuntimeError as err:
+        pytest.skip(str(err))
 
 
 def run(python: str, code: str, cwd, env_extra=None) -> dict:
@@ -72,7 +58,7 @@ def test_transformers_4_57_loads_what_5x_saved(tiny_paths, tmp_path):
     with torch.no_grad():
         logits = model(**tokenizer(TEXTS, padding=True, return_tensors="pt")).logits
 
-    python = compat_python("4.57.6", with_package=False)
+    python = compat_python(VERSIONS[False], with_package=False)
     result = run(python, f"""
         import json, torch, transformers
         try:
@@ -90,7 +76,7 @@ def test_transformers_4_57_loads_what_5x_saved(tiny_paths, tmp_path):
         print(json.dumps({{"version": transformers.__version__, "logits": logits, "pipeline": p,
                           "weights": fused["DME scores"]}}))
     """, cwd=tmp_path, env_extra={"HF_MODULES_CACHE": str(tmp_path / "modules")})
-    assert result["version"] == "4.57.6"
+    assert result["version"] == VERSIONS[False]
     torch.testing.assert_close(torch.tensor(result["logits"]), logits, atol=1e-6, rtol=0)
     assert [r["label"] for r in result["pipeline"]] == ["pos" if row.argmax() == 1 else "neg" for row in logits]
     assert list(result["weights"][0]) == names
@@ -100,10 +86,10 @@ def test_package_runs_on_the_transformers_floor(tmp_path):
     """setup.py says transformers>=5.0: the package works on 5.0.0 itself."""
     with open(os.path.join(REPO_ROOT, "setup.py")) as f:
         floor = re.search(r'"transformers([^"]*)"', f.read()).group(1)
-    assert floor.startswith(">=5.0,"), floor  # the version this test installs
-    python = compat_python("5.0.0", with_package=True)
+    assert floor.startswith(">=5.0,") and VERSIONS[True] == "5.0.0", floor  # the version this test installs
+    python = compat_python(VERSIONS[True], with_package=True)
     result = run(python, """
-        import json, tempfile, torch, transformers
+        import json, os, tempfile, torch, transformers
         from datasets import Dataset
         from transformers import AutoModelForSequenceClassification, TrainingArguments
         from hf_multiencoder import (MultiEncoderDataCollator, MultiEncoderForSequenceClassification,
@@ -117,14 +103,26 @@ def test_package_runs_on_the_transformers_floor(tmp_path):
         ds = Dataset.from_dict({"s": ["the cat sat", "he went", "a dog", "she can go"] * 4, "label": [1, 0] * 8})
         ds = ds.map(lambda b: dict(tok(b["s"], truncation=True, max_length=16)), batched=True, remove_columns=["s"])
         args = TrainingArguments(output_dir=root + "/out", max_steps=2, per_device_train_batch_size=4, report_to=[],
-                                 use_cpu=True, save_strategy="no")
+                                 use_cpu=True, save_strategy="steps", save_steps=1, save_total_limit=1)
         MultiEncoderTrainer(model=model, args=args, train_dataset=ds, processing_class=tok,
                             data_collator=MultiEncoderDataCollator(tok)).train()
         model.save_pretrained(root + "/m"); tok.save_pretrained(root + "/m")
         again = AutoModelForSequenceClassification.from_pretrained(root + "/m").eval(); model.eval()
         b = tok(["the cat sat"], return_tensors="pt")
         same = torch.allclose(again(**b).logits, model(**b).logits)
+        errors = []  # the config's validation runs on the floor too (on 5.0-5.3 `__post_init__` never ran)
+        for bad in ({"fusion_dim": 0}, {"fusion": "sum"}, {"fusion_dropout": 1.0}):
+            try:
+                type(model.config)(encoders=model.config.encoders, **bad)
+                errors.append(None)
+            except ValueError as err:
+                errors.append(str(err))
         print(json.dumps({"version": transformers.__version__, "same": same, "fusion_dim": again.config.fusion_dim,
-                          "dropout": again.multiencoder.encoders[0].config.hidden_dropout_prob}))
+                          "dropout": again.multiencoder.encoders[0].config.hidden_dropout_prob, "errors": errors,
+                          "checkpoints": sorted(os.listdir(root + "/out"))}))
     """, cwd=tmp_path)
-    assert result == {"version": "5.0.0", "same": True, "fusion_dim": 16, "dropout": 0.2}
+    errors = result.pop("errors")
+    # checkpoints appear whole (staged, renamed) and rotate on the floor's Trainer too
+    assert result.pop("checkpoints") == ["checkpoint-2"]
+    assert result == {"version": VERSIONS[True], "same": True, "fusion_dim": 16, "dropout": 0.2}
+    assert "`fusion_dim` must be a positive" in errors[0] and "sum" in errors[1] and "`fusion_dropout`" in errors[2]

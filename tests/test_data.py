@@ -323,25 +323,26 @@ def test_load_conll_files(tmp_path):
     train = tmp_path / "train.txt"
     train.write_text(CONLL_TEXT)
     dev = tmp_path / "dev.txt"
-    dev.write_text("Paris NNP I-NP I-LOC\nis VBZ I-VP O\n")
+    dev.write_text("Paris NNP I-NP B-PER\nis VBZ I-VP O\n")
 
     dataset, spec = load_conll_files(str(train), str(dev))
     labels = spec.label_list
-    assert labels == ["O", "I-LOC", "I-MISC", "I-ORG", "I-PER"]  # "O" first, then sorted
+    # the training file's tags, each of its types with both B- and I-: "O" first, then sorted
+    assert labels == ["O", "B-LOC", "B-MISC", "B-ORG", "B-PER", "I-LOC", "I-MISC", "I-ORG", "I-PER"]
     assert spec.kind == "token" and spec.main_metric == "overall_f1" and spec.validation_splits == ("validation",)
     assert split_sizes(dataset) == {"train": 3, "validation": 1}
     assert dataset["train"].features["ner_tags"] == Sequence(ClassLabel(names=labels))
-    assert dataset["validation"][0] == {"tokens": ["Paris", "is"], "ner_tags": [1, 0]}
+    assert dataset["validation"][0] == {"tokens": ["Paris", "is"], "ner_tags": [4, 0]}
 
     dataset, spec = load_conll_files(str(train), iob1=True)
     labels = spec.label_list
-    assert labels == ["O", "B-LOC", "B-MISC", "B-ORG", "B-PER", "I-PER"]
+    assert labels == ["O", "B-LOC", "B-MISC", "B-ORG", "B-PER", "I-LOC", "I-MISC", "I-ORG", "I-PER"]
     assert [labels[i] for i in dataset["train"][1]["ner_tags"]] == ["B-PER", "I-PER"]
 
     dataset, spec = load_conll_files(None, test_file=str(dev), label_list=CONLL2003_LABELS, iob1=True)
     labels = spec.label_list
     assert labels == CONLL2003_LABELS and list(dataset) == ["test"]
-    assert [labels[i] for i in dataset["test"][0]["ner_tags"]] == ["B-LOC", "O"]
+    assert [labels[i] for i in dataset["test"][0]["ner_tags"]] == ["B-PER", "O"]
 
     with pytest.raises(ValueError, match="I-MISC"):
         load_conll_files(str(train), label_list=["O", "I-ORG", "I-PER", "I-LOC"])
@@ -349,6 +350,14 @@ def test_load_conll_files(tmp_path):
         load_conll_files(None)
     with pytest.raises(FileNotFoundError, match="nope.txt"):
         load_conll_files(str(tmp_path / "nope.txt"))
+
+    # a tag of a type the training file lacks is no new class: an error naming it (and a case fix where one fits)
+    dev.write_text("Paris NNP I-NP B-GPE\nis VBZ I-VP O\n")
+    with pytest.raises(ValueError, match=r"dev\.txt: tag\(s\) \['B-GPE'\] do not occur in .*train\.txt"):
+        load_conll_files(str(train), str(dev))
+    dev.write_text("Paris NNP I-NP B-per\n")
+    with pytest.raises(ValueError, match=r"Different case\? 'B-per' -> 'B-PER'"):
+        load_conll_files(str(train), str(dev))
 
 
 # ---- load_files -----------------------------------------------------------------------------------------------------

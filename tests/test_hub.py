@@ -49,8 +49,9 @@ MEMBERS = ["tiny-random/bert", "tiny-random/roberta", "tiny-random/distilbert"]
 NAMES = ["bert", "roberta", "distil"]
 ENCODER_LRS = [1e-3, 5e-4, 2e-4]
 HEAD_LR = 3e-3
+# the model's code imports the tokenizer's file too (`from_encoders` records the members' tokenizer fingerprints)
 MODEL_CODE = {"configuration_multiencoder.py", "embedding_multiencoder.py", "fusion_multiencoder.py",
-              "modeling_multiencoder.py"}
+              "modeling_multiencoder.py", "tokenization_multiencoder.py"}
 TOKENIZER_CODE = {"tokenization_multiencoder.py"}
 POS = ["the cat sat on the mat", "a cat runs", "the cat likes the dog", "she can go to the cat"]
 NEG = ["somebody just left", "he went to paris", "john smith is new", "it was 2024 in york"]
@@ -326,6 +327,34 @@ def test_rebuilding_the_card_is_safe(run, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["README.md", FUSION_WEIGHTS_PLOT]
 
 
+def test_card_says_what_part_of_the_data_was_used_and_fits_pair_tasks(run, tmp_path):
+    """The card must not overstate: `max_train_samples` / `max_eval_samples` are stated (a train-only card too), and
+    a pair task's snippet passes a pair, from the task's own data."""
+    import copy
+
+    data = copy.deepcopy(run["trainer"].model_card_data)
+    data.set_data_limits(train=12, eval=5)
+    data.set_example_inputs([("A man is playing a flute.", "A man plays the flute.")])
+    save_model_card(tmp_path, data, model=run["model"])
+    text = ModelCard((tmp_path / "README.md").read_text()).text
+    evaluation = text[text.index("## Evaluation"):text.index("## Uses")]
+    assert "Evaluated on the first 5 examples of each evaluated split (`max_eval_samples`)" in evaluation
+    assert "Trained on the first 12 training examples (`max_train_samples`)" in evaluation
+    snippet = python_blocks(text)[0]
+    compile(snippet, "snippet", "exec")
+    assert ('predict_with_fusion_weights(tokenizer, ["A man is playing a flute."], '
+            'text_pairs=["A man plays the flute."])') in snippet
+    # a run that was only trained (no evaluation table) still says it used part of the training data
+    data.eval_results_dict, data.eval_lines_list = {}, []
+    data.set_data_limits(train=12)
+    save_model_card(tmp_path, data, model=run["model"])
+    text = ModelCard((tmp_path / "README.md").read_text()).text
+    assert "## Evaluation" not in text
+    training = text[text.index("## Training Details"):]
+    assert "Trained on the first 12 training examples (`max_train_samples`)" in training
+    assert "Evaluated on the first" not in text
+
+
 def test_hub_validation_rejects_a_broken_model_index(hub, run):
     content = run["commits"][-1].files["README.md"].decode().replace("    - type: accuracy", "    - kind: accuracy")
     with pytest.raises(ValueError, match="model_index|model-index|eval"):
@@ -533,8 +562,8 @@ def test_run_glue_multi_push_to_hub(hub, run, tmp_path):
         str(data), "--output_dir", str(tmp_path / "out"), "--do_train", "--do_eval", "--num_train_epochs", "1",
         "--per_device_train_batch_size", "8", "--report_to", "none", "--use_cpu", "true", "--disable_tqdm", "true",
         "--save_strategy", "no", "--push_to_hub", "true", "--hub_model_id", "tiny-user/script-run"])
-    # trainer.save_model() pushes too ("Model save", as with the stock Trainer); the final push comes last
-    *_, main, pin = hub.new_commits(start)
+    # one push at the end (the final save does not push: it is written whole into the folder first), then the pin
+    main, pin = hub.new_commits(start)
     assert main.message == "End of training"
     assert {"config.json", "model.safetensors", "tokenizer_config.json", "README.md", "all_results.json",
             "fusion_weights.json"} | MODEL_CODE | TOKENIZER_CODE <= set(main.files)
