@@ -595,6 +595,18 @@ def load_task(
 _FILE_FORMATS = {".csv": "csv", ".tsv": "tsv", ".json": "json", ".jsonl": "json"}
 
 
+def _check_not_empty(path: str, tabular: bool) -> None:
+    """An empty file, or a CSV/TSV with a header and no rows, is an error naming it (the parser's own message for
+    these says neither the file nor the cause)."""
+    with open(path, "rb") as f:
+        lines = [line for line in (f.readline() for _ in range(1000)) if line.strip()][:2]
+    if not lines:
+        raise ValueError(f"Data file {path} is empty.")
+    if tabular and len(lines) == 1:
+        raise ValueError(f"Data file {path} holds only a header row ({lines[0].decode(errors='replace').strip()!r}) "
+                         f"and no data rows.")
+
+
 def load_files(
     train_file: str | None = None,
     validation_file: str | None = None,
@@ -629,6 +641,8 @@ def load_files(
     if len(formats) > 1:
         raise ValueError(f"All data files must have the same format (csv, tsv or json); got {files}.")
     file_format = formats.pop()
+    for path in files.values():
+        _check_not_empty(path, tabular=file_format != "json")
     kwargs = {"delimiter": "\t"} if file_format == "tsv" else {}
     builder = "json" if file_format == "json" else "csv"
     try:

@@ -222,7 +222,7 @@ def fine_tune_run(args: StsArguments, name: str, seed: int, eval_sets: dict, run
     training_args = SentenceTransformerTrainingArguments(
         output_dir=run_dir, num_train_epochs=args.num_train_epochs, per_device_train_batch_size=args.train_batch_size,
         learning_rate=args.learning_rate, warmup_steps=args.warmup_ratio, seed=seed, save_strategy="no",
-        report_to=[], logging_steps=50, disable_tqdm=True)
+        report_to=[], logging_steps=50, disable_tqdm=True, dataloader_pin_memory=torch.cuda.is_available())
     trainer = SentenceTransformerTrainer(model=st, args=training_args, train_dataset=train,
                                          loss=CosineSimilarityLoss(st))
     start = time.time()

@@ -114,11 +114,12 @@ CASES = {
     "a text longer than a member's positions": (lambda p, t, tmp: _too_long(p), ValueError,
                                                 r"Member 0 \(bert\) takes at most 64 tokens"),
     "members' inputs in the wrong order": (lambda p, t, tmp: _swap_members(p), ValueError,
-                                           "another order|wrong member order|shape"),
+                                           r"Member 0 \(bert\) got token id \d+ but its vocabulary has \d+ "
+                                           r"tokens: the members' inputs are in another order"),
     # data files
-    "an empty CSV": (lambda p, t, tmp: _files(tmp, ""), ValueError, r"Could not read .*train\.csv"),
+    "an empty CSV": (lambda p, t, tmp: _files(tmp, ""), ValueError, r"Data file .*train\.csv is empty"),
     "a header-only CSV": (lambda p, t, tmp: _files(tmp, "sentence,label\n"), ValueError,
-                          "corresponds to no data.*header-only|holds no rows"),
+                          r"train\.csv holds only a header row \('sentence,label'\) and no data rows"),
     "a ragged CSV": (lambda p, t, tmp: _files(tmp, "sentence,label\na,1\nb,0,extra,cells\n"), ValueError,
                      "caused by|rows of different lengths|Error tokenizing"),
     "an empty text cell": (lambda p, t, tmp: _files(tmp, "sentence,label\na cat,1\n,0\n"), ValueError,
@@ -375,11 +376,13 @@ def test_non_finite_loss_stops_training(pair, tiny_paths, tmp_path):
         trainer.train()
 
 
-def test_no_do_flags_trains_and_evaluates(tiny_paths, data, tmp_path, capsys):
+def test_no_do_flags_trains_and_evaluates(tiny_paths, data, tmp_path, capsys, recwarn):
     table = run_glue_multi.main([a for a in args(tiny_paths, data, tmp_path / "out") if a != "--do_train"])
+    assert not [w for w in recwarn if "pin_memory" in str(w.message)]  # no memory pinning warning on a CPU
     assert table["best_epoch"]["n"] == 1 and (tmp_path / "out" / "eval_results.json").is_file()
     printed = capsys.readouterr().out  # the summary at the default log level, fusion weights by member name
     assert "accuracy x100" in printed and "mean fusion weight: bert" in printed
+    assert "2 labels ['neg', 'pos']" in printed  # the label list the model trains with
 
 
 def test_load_best_model_does_not_rewrite_the_final_epoch(tiny_paths, data, tmp_path):
