@@ -376,6 +376,30 @@ def test_non_finite_loss_stops_training(pair, tiny_paths, tmp_path):
         trainer.train()
 
 
+def test_non_finite_weights_are_never_saved_as_the_result(pair, tiny_paths, tmp_path):
+    from datasets import Dataset
+    from transformers import TrainingArguments
+
+    from hf_multiencoder import MultiEncoderDataCollator, MultiEncoderTrainer
+
+    model = MultiEncoderForSequenceClassification.from_encoders(tiny_paths[:2], encoder_names=NAMES, num_labels=2)
+    tokenizer = pair[1]
+    ds = Dataset.from_dict({"s": ["the cat", "a dog"] * 4, "label": [1, 0] * 4})
+    ds = ds.map(lambda b: dict(tokenizer(b["s"])), batched=True, remove_columns=["s"])
+    training_args = TrainingArguments(output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, max_steps=2,
+                                      report_to=[], use_cpu=True, save_strategy="no")
+    trainer = MultiEncoderTrainer(model=model, args=training_args, train_dataset=ds,
+                                  data_collator=MultiEncoderDataCollator(tokenizer))
+
+    def poison(trainer):  # weights that went non-finite without a non-finite loss (e.g. an overflow in a step)
+        with torch.no_grad():
+            trainer.model.classifier.weight[0, 0] = float("inf")
+
+    with pytest.raises(FloatingPointError, match=r"non-finite weights \(\['classifier.weight'\]"):
+        run_glue_multi.train_and_save(trainer, training_args, before_save=poison)
+    assert not (tmp_path / "out" / "model.safetensors").exists()
+
+
 def test_no_do_flags_trains_and_evaluates(tiny_paths, data, tmp_path, capsys, recwarn):
     table = run_glue_multi.main([a for a in args(tiny_paths, data, tmp_path / "out") if a != "--do_train"])
     assert not [w for w in recwarn if "pin_memory" in str(w.message)]  # no memory pinning warning on a CPU
