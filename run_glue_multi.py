@@ -40,7 +40,7 @@ from hf_multiencoder import (
 )
 from hf_multiencoder.adaptation import adapt_members, default_training_arguments
 from hf_multiencoder.corpus import build_corpus, task_texts
-from hf_multiencoder.data import load_task, tokenize_task
+from hf_multiencoder.data import keep_length_column, load_task, tokenize_task
 from hf_multiencoder.feature_cache import CachedFeaturesCollator, add_member_features
 from hf_multiencoder.lora import get_multiencoder_lora_model, merge_lora_after_training
 from hf_multiencoder.metrics import build_compute_metrics, fusion_weights_from_metrics
@@ -418,13 +418,6 @@ def card_data_for(spec: TaskSpec, data_args) -> MultiEncoderModelCardData:
     )
 
 
-def groups_by_length(training_args) -> bool:
-    """Whether the Trainer's length-grouped sampler is on (`group_by_length=True`, or the
-    `train_sampling_strategy="group_by_length"` of newer transformers)."""
-    return getattr(training_args, "train_sampling_strategy", None) == "group_by_length" or bool(
-        getattr(training_args, "group_by_length", False))
-
-
 # ---- one run -----------------------------------------------------------------------------------------------------
 def build_trainer(model_args, data_args, training_args, spec, tokenizer, tokenized, model) -> MultiEncoderTrainer:
     """The stock Trainer (plus the multi-encoder model card) with the per-member optimizer."""
@@ -432,11 +425,7 @@ def build_trainer(model_args, data_args, training_args, spec, tokenizer, tokeniz
         model, training_args, encoder_learning_rates=model_args.encoder_learning_rates,
         head_learning_rate=model_args.head_learning_rate, layerwise_lr_decay=model_args.layerwise_lr_decay,
     ) if training_args.do_train else None
-    if groups_by_length(training_args):
-        # The Trainer drops columns the model does not take *before* it builds the length sampler, which then
-        # measures len(input_ids) = the number of members for every example. Keep the `length` column (every other
-        # column is a model input); the collator leaves it out of the batch.
-        training_args.remove_unused_columns = False
+    keep_length_column(training_args)
     train_dataset = tokenized["train"] if training_args.do_train else None
     eval_splits = [s for s in spec.validation_splits if s in tokenized]
     main_eval = tokenized[eval_splits[0]] if eval_splits else None

@@ -145,8 +145,8 @@ def run(args: EncodeBenchmarkArguments) -> dict:
     results = {
         "plugin_over_plain": min(per_member.values()), "plugin_over_plain_per_member": per_member,
         "fused_over_sum": ms["fused"] / plain_sum,
-        "fused_over_slowest_plain": min(runs["fused"]["sentences_per_second"] / runs[f"plain/{n}"][
-            "sentences_per_second"] for n in names),
+        "fused_over_slowest_plain": runs["fused"]["sentences_per_second"] / min(
+            runs[f"plain/{n}"]["sentences_per_second"] for n in names),
     }
     if "fused_st" in runs:
         results["st_module_over_encode"] = runs["fused_st"]["sentences_per_second"] / runs["fused"][

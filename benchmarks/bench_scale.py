@@ -39,7 +39,7 @@ from bench_train import (  # noqa: E402  (the shared benchmark settings)
     start_run,
     train_window,
 )
-from timing import cleanup  # noqa: E402
+from timing import cleanup, round_summary  # noqa: E402
 
 from hf_multiencoder import (  # noqa: E402
     MultiEncoderDataCollator,
@@ -106,8 +106,7 @@ def run(args: ScaleArguments) -> dict:
         finish_train_result(args, entry)
 
     def per_round(entry, key) -> dict:
-        values = [w[key] / f[key] for w, f in zip(entry.windows, entries[0].windows)]
-        return {"median": statistics.median(values), "min": min(values), "max": max(values), "rounds": values}
+        return round_summary([w[key] / f[key] for w, f in zip(entry.windows, entries[0].windows)])
 
     rows = {}
     for entry in entries:

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import datasets
 import torch
 import transformers
-from timing import PeakMemory, StepTimer, cleanup, synchronize, time_collator
+from timing import PeakMemory, StepTimer, cleanup, round_summary, synchronize, time_collator
 from transformers import (
     AutoModelForSequenceClassification,
     AutoTokenizer,
@@ -63,7 +63,7 @@ from hf_multiencoder import (
     load_task,
     tokenize_task,
 )
-from hf_multiencoder.data import local_path
+from hf_multiencoder.data import length_grouping_kwargs, local_path
 from hf_multiencoder.feature_cache import CachedFeaturesCollator, add_member_features
 from hf_multiencoder.testing_utils import build_tiny_encoders
 
@@ -191,15 +191,7 @@ def training_arguments(args: BenchmarkArguments, output_dir: str, multi: bool, m
         "torch_compile": args.torch_compile, "dataloader_num_workers": 0,
     }
     if args.group_by_length:
-        names = {f.name for f in dataclasses.fields(TrainingArguments)}
-        if "train_sampling_strategy" in names:  # transformers >= 5.2x
-            kwargs["train_sampling_strategy"] = "group_by_length"
-        else:
-            kwargs["group_by_length"] = True
-        # The Trainer drops columns the model's forward does not name (`length` among them) before it builds the
-        # sampler; the sampler then measures len(example["input_ids"]), which for a multi-encoder is the number of
-        # members. Keep the columns (MultiEncoderDataCollator drops `length`) so the sampler reads the real lengths.
-        kwargs["remove_unused_columns"] = not multi
+        kwargs.update(length_grouping_kwargs(multi_encoder=multi))
     return TrainingArguments(**kwargs)
 
 
@@ -447,8 +439,7 @@ def summarize(args, entries: list[Entry], device, versions, source, n_train, n_d
     sps = {e.name: [w["samples_per_second"] for w in e.windows] for e in entries}
 
     def per_round(fn) -> dict:
-        values = [fn({name: v[r] for name, v in sps.items()}) for r in range(args.repeats)]
-        return {"median": statistics.median(values), "min": min(values), "max": max(values), "rounds": values}
+        return round_summary([fn({name: v[r] for name, v in sps.items()}) for r in range(args.repeats)])
 
     plugin_rounds = {n: per_round(lambda x, n=n: x[f"plugin/{n}"] / x[f"plain/{n}"]) for n in names}
     ratios = {

@@ -100,6 +100,11 @@ class StepTimer(TrainerCallback):
         return self.end - self.start
 
 
+def round_summary(values: list[float]) -> dict:
+    """A ratio computed in each interleaved round: its median, range and the rounds themselves."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "rounds": list(values)}
+
+
 def interleaved_median_ms(fns: dict[str, Callable[[], object]], repeats: int, device: str, warmup: int = 2) -> dict:
     """Median milliseconds of each function, run in turn (the order reversed every round)."""
     for fn in fns.values():

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import dataclasses
 import logging
 import math
 import os
@@ -813,3 +814,33 @@ __all__ = [
     "resolve_data_dir",
     "tokenize_task",
 ]
+
+
+# ---- length-grouped sampling ----------------------------------------------------------------------------------------
+def uses_length_grouping(training_args) -> bool:
+    """Whether the Trainer's length-grouped sampler is on (`group_by_length=True`, or the
+    `train_sampling_strategy="group_by_length"` of newer transformers)."""
+    return getattr(training_args, "train_sampling_strategy", None) == "group_by_length" or bool(
+        getattr(training_args, "group_by_length", False))
+
+
+def keep_length_column(training_args) -> None:
+    """With length-grouped sampling on, keep the `length` column `tokenize_task` adds: the Trainer drops columns the
+    model's forward does not name *before* it builds the sampler, which would then measure `len(input_ids)`, for a
+    multi-encoder the number of members. (Every other column is a model input; `MultiEncoderDataCollator` leaves
+    `length` out of the batch.)"""
+    if uses_length_grouping(training_args):
+        training_args.remove_unused_columns = False
+
+
+def length_grouping_kwargs(multi_encoder: bool = True) -> dict:
+    """`TrainingArguments` keyword arguments for length-grouped sampling in this transformers version (the option
+    was renamed `train_sampling_strategy`), keeping the `length` column for a multi-encoder (`keep_length_column`)."""
+    from transformers import TrainingArguments
+
+    names = {f.name for f in dataclasses.fields(TrainingArguments)}
+    kwargs = {"train_sampling_strategy": "group_by_length"} if "train_sampling_strategy" in names else {
+        "group_by_length": True}
+    if multi_encoder:
+        kwargs["remove_unused_columns"] = False
+    return kwargs

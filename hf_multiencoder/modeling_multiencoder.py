@@ -28,7 +28,7 @@ except ImportError:  # transformers 4.x: the shipped files load there too
 from .configuration_multiencoder import MultiEncoderConfig, set_member_dropout
 from .embedding_multiencoder import MultiEncoderEmbeddingMixin
 from .fusion_multiencoder import build_fusion
-from .tokenization_multiencoder import tokenizer_fingerprint
+from .tokenization_multiencoder import pad_rows, tokenizer_fingerprint
 
 _INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids", "word_ids")
 # Members' poolers are kept (an exported member loads clean) but unused; checkpoints of earlier versions lack them.
@@ -190,12 +190,7 @@ def _member_major(value, n: int, key: str, pad_values: list[int]) -> list[torch.
         if len(example) != n:
             raise ValueError(f"`{key}` of example {b} has inputs for {len(example)} member encoders but the model "
                              f"has {n}.")
-    # torch's own padding (the model does not import the tokenizer's `pad_rows`: its shipped code stays separate)
-    return [
-        nn.utils.rnn.pad_sequence([example[i].reshape(-1) for example in value], batch_first=True,
-                                  padding_value=pad_values[i])  # (batch, max seq_i)
-        for i in range(n)
-    ]
+    return [pad_rows([example[i] for example in value], pad_values[i]) for i in range(n)]  # (batch, max seq_i)
 
 
 def _as_list(value, n: int, key: str) -> list:

@@ -65,11 +65,12 @@ def pad_rows(rows, value: int, length: int | None = None, multiple_of: int | Non
     The one padding routine of the package: per-member token ids, masks and word ids, word masks and word labels,
     cached-feature batches and the pipeline's example-major inputs all go through it.
     """
+    rows = [r.reshape(-1) if isinstance(r, torch.Tensor) else r for r in rows]  # a (1, seq) row counts its tokens
     target = max([len(r) for r in rows] + [length or 0])
     if multiple_of:
         target = -(-target // multiple_of) * multiple_of
     if as_tensor and rows and isinstance(rows[0], torch.Tensor):
-        out = torch.nn.utils.rnn.pad_sequence([r.reshape(-1) for r in rows], batch_first=True, padding_value=value)
+        out = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=value)
         return torch.nn.functional.pad(out, (0, target - out.size(1)), value=value)
     padded = [list(r) + [value] * (target - len(r)) for r in rows]
     return torch.tensor(padded, dtype=dtype) if as_tensor else padded

@@ -29,6 +29,9 @@ def test_tiny_encode_benchmark(tmp_path, shared_data):
         assert run["sentences_per_second"] > 0
     for key in ("plugin_over_plain", "fused_over_sum", "fused_over_slowest_plain", "st_module_over_encode"):
         assert math.isfinite(results[key]) and results[key] > 0, key
+    sps = {name: run["sentences_per_second"] for name, run in results["runs"].items()}
+    slowest = min(sps["plain/tiny-bert"], sps["plain/tiny-roberta"])
+    assert results["fused_over_slowest_plain"] == pytest.approx(sps["fused"] / slowest)  # the slowest, not fastest
     assert results["settings"]["sentences"] == 24
     assert results["settings"]["data"] == os.path.relpath(os.path.join(shared_data, "glue", "STS-B"), REPO_ROOT)
     table = (tmp_path / "encode.md").read_text()

@@ -113,3 +113,20 @@ def test_bad_options(model):
         freeze_encoders(model, ["xlnet"])
     with pytest.raises(ValueError, match="out of range"):
         freeze_encoders(model, [7])
+
+
+def test_the_training_side_is_importable_from_the_top_level():
+    """`from hf_multiencoder import ...` gives what a user expects (as peft exports `get_peft_model`): lazily, the
+    same objects as their modules', and every name in `__all__` resolves."""
+    import hf_multiencoder
+    from hf_multiencoder import MultiEncoderTrainer
+    from hf_multiencoder import create_multiencoder_optimizer as top_optimizer
+    from hf_multiencoder import freeze_encoders as top_freeze
+    from hf_multiencoder.hub import MultiEncoderTrainer as hub_trainer
+
+    assert top_optimizer is create_multiencoder_optimizer and top_freeze is freeze_encoders
+    assert MultiEncoderTrainer is hub_trainer
+    for name in hf_multiencoder.__all__:
+        assert getattr(hf_multiencoder, name) is not None, name
+    with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
+        hf_multiencoder.not_a_name  # noqa: B018

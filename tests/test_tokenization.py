@@ -5,6 +5,7 @@ import torch
 from transformers import AutoTokenizer
 
 from hf_multiencoder import MultiEncoderDataCollator, MultiEncoderTokenizer
+from hf_multiencoder.tokenization_multiencoder import pad_rows
 
 
 @pytest.fixture(scope="module")
@@ -91,3 +92,14 @@ def test_save_and_load(tokenizer, tmp_path):
         (tmp_path / "plain").mkdir()
         AutoTokenizer.from_pretrained(tokenizer.tokenizers[0].name_or_path).save_pretrained(tmp_path / "plain")
         MultiEncoderTokenizer.from_pretrained(tmp_path / "plain")
+
+
+def test_pad_rows_lists_and_tensors_of_any_shape():
+    """The one padding routine: lists, 1-D tensors and the pipeline's (1, seq) rows alike, to the longest row (or at
+    least `length`), rounded up to `multiple_of`."""
+    expected = torch.tensor([[1, 2, 3], [4, 0, 0]])
+    assert torch.equal(pad_rows([[1, 2, 3], [4]], 0), expected)
+    assert torch.equal(pad_rows([torch.tensor([1, 2, 3]), torch.tensor([4])], 0), expected)
+    assert torch.equal(pad_rows([torch.tensor([[1, 2, 3]]), torch.tensor([[4]])], 0), expected)
+    assert pad_rows([[1], [2, 3]], 9, length=3, as_tensor=False) == [[1, 9, 9], [2, 3, 9]]
+    assert pad_rows([[1, 2, 3, 4, 5]], 0, multiple_of=4).shape == (1, 8)
