@@ -164,6 +164,16 @@ def test_errors(tiny_paths, tokenizer, dataset):
         CachedFeaturesCollator(tokenizer)(mixed)
 
 
+def test_several_processes_need_a_shared_cache_file(tiny_paths, dataset, monkeypatch):
+    """Under several processes one process per machine computes the features and the others read its file: an
+    in-memory dataset without `cache_dir` has no file to share, which is an error saying what to give."""
+    from hf_multiencoder import feature_cache
+
+    monkeypatch.setattr(feature_cache, "_distributed_state", lambda: object())  # as under torchrun, 2 processes
+    with pytest.raises(ValueError, match="Under several processes .* give `cache_dir`"):
+        add_member_features(dataset, build(tiny_paths, frozen=(1,)), members=[1])
+
+
 def test_several_poolings_from_one_pass(tiny_paths, tokenizer, dataset, tmp_path):
     """`poolings=` stores cls, mean and last4 from one pass of each member; each selected pooling gives the logits a
     model with that pooling computes uncached."""

@@ -47,3 +47,27 @@ def test_shipped_accelerate_configs_load():
     assert fsdp.fsdp_config["fsdp_auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP"
     ddp = load_config_from_file(os.path.join(REPO, "configs", "accelerate", "ddp.yaml"))
     assert ddp.distributed_type == "MULTI_GPU" and ddp.num_processes == 8
+
+
+def test_the_trainer_checks_fsdp_layer_classes_at_start(model, monkeypatch, tmp_path):
+    """Under FSDP (GPU-only in accelerate; faked here on the accelerator state) `MultiEncoderTrainer` refuses a layer
+    class to wrap that the model lacks when it is built, not at the first step."""
+    from types import SimpleNamespace
+
+    from transformers import Trainer, TrainingArguments
+
+    from hf_multiencoder import MultiEncoderTrainer
+
+    original = Trainer.create_accelerator_and_postprocess
+
+    def with_fsdp(self):
+        original(self)
+        plugin = SimpleNamespace(transformer_cls_names_to_wrap=["BertLayer", "MPNetLayer"],
+                                 activation_checkpointing=False, state_dict_type="FULL_STATE_DICT")
+        monkeypatch.setattr(self.accelerator.state, "fsdp_plugin", plugin, raising=False)
+        self.is_fsdp_enabled = True
+
+    monkeypatch.setattr(Trainer, "create_accelerator_and_postprocess", with_fsdp)
+    args = TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True)
+    with pytest.raises(ValueError, match=r"\['MPNetLayer'\] are not in this model"):
+        MultiEncoderTrainer(model=model, args=args)

@@ -198,3 +198,20 @@ def test_script_lora_arguments(tiny_paths, tmp_path):
     model = MultiEncoderForSequenceClassification.from_encoders(tiny_paths[:2], num_labels=2)
     with pytest.raises(ValueError, match=r"both frozen \(--freeze_encoders\) and given LoRA"):
         run_glue_multi.add_lora(model, model_args, training_args, frozen=[0])
+    # LoRA with FSDP is refused, when the run starts and when the adapters would be merged
+    training_args.fsdp = "full_shard"
+    with pytest.raises(ValueError, match="--lora_r with FSDP is not supported"):
+        run_glue_multi.add_lora(model, model_args, training_args, frozen=[])
+
+
+def test_merging_adapters_of_an_fsdp_model_is_refused(tiny_paths, tmp_path):
+    from types import SimpleNamespace
+
+    from hf_multiencoder.lora import merge_lora_after_training
+
+    model = get_multiencoder_lora_model(build(tiny_paths), r=2)
+    trainer = SimpleNamespace(accelerator=SimpleNamespace(unwrap_model=lambda m: m), model=model,
+                              is_fsdp_enabled=True, args=SimpleNamespace(output_dir=str(tmp_path)))
+    with pytest.raises(ValueError, match="Merging LoRA adapters of an FSDP-sharded model is not supported"):
+        merge_lora_after_training(trainer)
+    assert not (tmp_path / "adapter").exists()
