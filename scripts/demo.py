@@ -77,7 +77,8 @@ def main() -> None:
         print(f"{row:<26} {s['median']:>7.1f} {s['mean']:>7.1f} ± {s['std']:<4.1f} {seconds:>7.0f}")
     best_member = max(table[r][0]["median"] for r in ROWS if "alone" in r)
     best_fused = max(table[r][0]["median"] for r in ROWS if "+" in r)
-    print(f"best fused - best member: {best_fused - best_member:+.1f} MCC points")
+    print(f"best fused - best single-member row (the DME-head control included): {best_fused - best_member:+.1f} MCC "
+          f"points")
 
     say("How much of each member the DME model uses (seed {}):".format(dme["seed"]))
     print("mean fusion weight on the dev set: " + ", ".join(f"{k} {v:.2f}" for k, v in dme["fusion_weights"].items()))
