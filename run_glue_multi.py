@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 import datasets
 import numpy as np
 import torch
-import transformers
 import yaml
 from transformers import EarlyStoppingCallback, HfArgumentParser, TrainingArguments, set_seed
 
@@ -52,6 +51,7 @@ from hf_multiencoder.runs import (
     prepare_output_dir,
     resolve_resume,
     save_final_model,
+    setup_run,
     write_run_args,
 )
 from hf_multiencoder.tasks import TASKS, TaskSpec
@@ -613,18 +613,6 @@ def print_summary(table: dict, results: list[dict], spec: TaskSpec) -> None:
     print("\n".join(lines), flush=True)
 
 
-def setup_run(training_args, script_logger: logging.Logger) -> None:
-    """Log to stdout at the Trainer's process log level (as run_glue.py); no memory pinning without a GPU."""
-    logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", datefmt="%H:%M:%S",
-                        handlers=[logging.StreamHandler(sys.stdout)])
-    log_level = training_args.get_process_log_level()
-    script_logger.setLevel(log_level)
-    transformers.utils.logging.set_verbosity(log_level)
-    datasets.utils.logging.set_verbosity(max(log_level, logging.WARNING))
-    if not torch.cuda.is_available():
-        training_args.dataloader_pin_memory = False  # nothing to pin to (and no warning about it)
-
-
 def seed_output_dir(base_output: str, seed: int, seeds: list[int]) -> str:
     return os.path.join(base_output, f"seed_{seed}") if len(seeds) > 1 else base_output
 
@@ -659,7 +647,7 @@ def start_seed_run(training_args, base_output: str, seed: int, seeds: list[int],
 
 def main(argv: list[str] | None = None) -> dict:
     model_args, data_args, training_args = parse_args(argv)
-    setup_run(training_args, logger)
+    setup_run(training_args, logger.name)
 
     seeds = data_args.seeds or [training_args.seed]
     base_output = training_args.output_dir

@@ -21,12 +21,11 @@ import logging
 import sys
 from dataclasses import dataclass, field
 
-import datasets
-import transformers
 from transformers import HfArgumentParser, TrainingArguments
 
 from hf_multiencoder.adaptation import ADAPTATION_DEFAULTS, AdaptationArguments, adapt_members
 from hf_multiencoder.corpus import CorpusArguments
+from hf_multiencoder.runs import setup_run
 from run_glue_multi import config_file_argv
 
 logger = logging.getLogger(__name__)
@@ -57,20 +56,9 @@ def parse_args(argv: list[str] | None = None):
     return parser.parse_args_into_dataclasses(args=defaults + argv)
 
 
-def setup_logging(training_args: TrainingArguments, *names: str) -> None:
-    """Log to stdout at the Trainer's level: these loggers, the package's, transformers' (datasets': warnings)."""
-    logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", datefmt="%H:%M:%S",
-                        handlers=[logging.StreamHandler(sys.stdout)])
-    log_level = training_args.get_process_log_level()
-    for name in (*names, "hf_multiencoder"):
-        logging.getLogger(name).setLevel(log_level)
-    transformers.utils.logging.set_verbosity(log_level)
-    datasets.utils.logging.set_verbosity(max(log_level, logging.WARNING))
-
-
 def main(argv: list[str] | None = None) -> dict:
     member_args, corpus_args, adaptation_args, training_args = parse_args(argv)
-    setup_logging(training_args, __name__)
+    setup_run(training_args, __name__)
 
     corpus = corpus_args.load(seed=training_args.seed)
     report = adapt_members(member_args.model_name_or_path or member_args.encoders, corpus, training_args,

@@ -34,6 +34,7 @@ from hf_multiencoder.multitask import (
     task_heads,
 )
 from hf_multiencoder.results import format_summary, mean_by_key, summarize
+from hf_multiencoder.runs import setup_run
 from hf_multiencoder.tasks import TASKS
 from run_glue_multi import (
     ModelArguments,
@@ -44,7 +45,6 @@ from run_glue_multi import (
     metric_for_best_model_given,
     prepare_run_folders,
     run_arguments,
-    setup_run,
     start_seed_run,
     train_and_save,
 )
@@ -274,7 +274,7 @@ def write_results_table(results: list[dict], specs, task_args, model_args, outpu
 
 def main(argv: list[str] | None = None) -> dict:
     model_args, task_args, training_args = parse_args(argv)
-    setup_run(training_args, logger)
+    setup_run(training_args, logger.name)
     seeds = task_args.seeds or [training_args.seed]
     base_output = training_args.output_dir
     run_args = run_arguments(model_args, task_args, training_args)

@@ -28,8 +28,8 @@ from transformers import HfArgumentParser, TrainingArguments
 
 from hf_multiencoder.corpus import CorpusArguments
 from hf_multiencoder.pretraining import PRETRAINING_DEFAULTS, PretrainingArguments, pretrain
+from hf_multiencoder.runs import setup_run
 from run_glue_multi import config_file_argv
-from run_mlm_multi import setup_logging
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def parse_args(argv: list[str] | None = None):
 
 def main(argv: list[str] | None = None) -> dict:
     pretraining_args, corpus_args, training_args = parse_args(argv)
-    setup_logging(training_args, __name__)
+    setup_run(training_args, __name__)
 
     corpus = corpus_args.load(seed=training_args.seed)
     report = pretrain(pretraining_args, corpus, training_args)

@@ -135,7 +135,8 @@ def check_masking(mlm_probability: float, max_seq_length: int) -> None:
 
 def default_training_arguments(output_dir: str, **overrides) -> TrainingArguments:
     """`TrainingArguments` with the seed's adaptation settings (`ADAPTATION_DEFAULTS`), `overrides` on top."""
-    return TrainingArguments(output_dir=output_dir, **{**ADAPTATION_DEFAULTS, "report_to": "none", **overrides})
+    return TrainingArguments(output_dir=output_dir, **{**ADAPTATION_DEFAULTS, "report_to": "none",
+                             "dataloader_pin_memory": torch.cuda.is_available(), **overrides})
 
 
 # ---- collator -------------------------------------------------------------------------------------------------------

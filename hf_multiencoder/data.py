@@ -16,8 +16,8 @@ and one trained from the Hub agree. Local files are read from `data_dir` (defaul
 from __future__ import annotations
 
 import csv
-import gzip
 import dataclasses
+import gzip
 import logging
 import math
 import os

@@ -162,7 +162,8 @@ class PretrainingArguments:
 
 def default_pretraining_arguments(output_dir: str, **overrides) -> TrainingArguments:
     """`TrainingArguments` with ELECTRA-Small's settings (`PRETRAINING_DEFAULTS`), `overrides` on top."""
-    return TrainingArguments(output_dir=output_dir, **{**PRETRAINING_DEFAULTS, "report_to": "none", **overrides})
+    return TrainingArguments(output_dir=output_dir, **{**PRETRAINING_DEFAULTS, "report_to": "none",
+                             "dataloader_pin_memory": torch.cuda.is_available(), **overrides})
 
 
 # ---- configs and models ---------------------------------------------------------------------------------------------

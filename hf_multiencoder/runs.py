@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import shutil
+import sys
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
@@ -33,6 +34,25 @@ STAGING_DIR = ".checkpoint.partial"  # not named checkpoint-N: neither the Train
 FINAL_PARTIAL = ".final.partial"
 _CHECKPOINT = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
 _WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors")
+
+
+def setup_run(training_args, *logger_names: str) -> None:
+    """What every script does first (as run_glue.py): log to stdout at the Trainer's process log level (these
+    loggers, the package's and transformers'; datasets' at warnings), and pin no memory without a GPU (nothing to
+    pin to, and no warning about it)."""
+    import datasets
+    import torch
+    import transformers
+
+    logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", datefmt="%H:%M:%S",
+                        handlers=[logging.StreamHandler(sys.stdout)])
+    log_level = training_args.get_process_log_level()
+    for name in (*logger_names, "hf_multiencoder"):
+        logging.getLogger(name).setLevel(log_level)
+    transformers.utils.logging.set_verbosity(log_level)
+    datasets.utils.logging.set_verbosity(max(log_level, logging.WARNING))
+    if not torch.cuda.is_available():
+        training_args.dataloader_pin_memory = False
 
 
 def checkpoint_problem(folder: str, needs_optimizer: bool = True) -> str | None:
@@ -216,6 +236,6 @@ def check_resume_args(output_dir: str, args: dict, keys: list[str]) -> None:
                          f"{'; '.join(changed)}. Resume with the same arguments, or start a new run.")
 
 
-__all__ = ["AtomicCheckpointMixin", "check_resume_args", "checkpoint_problem", "last_complete_checkpoint",
+__all__ = ["AtomicCheckpointMixin", "setup_run", "check_resume_args", "checkpoint_problem", "last_complete_checkpoint",
            "list_checkpoints", "prepare_output_dir", "resolve_resume", "save_final_model", "save_into",
            "write_run_args"]

@@ -11,7 +11,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import textwrap
 
 import pytest
