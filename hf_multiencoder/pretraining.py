@@ -411,7 +411,8 @@ def pretrain(args: PretrainingArguments, corpus: DatasetDict, training_args: Tra
             raise ValueError(f"The corpus has no {split!r} text: build it with load_corpus.")
     output_dir = training_args.output_dir
     checkpoint = resolve_resume(output_dir, training_args.resume_from_checkpoint)
-    prepare_output_dir(output_dir, overwrite=args.overwrite_output_dir, resuming=checkpoint is not None)
+    prepare_output_dir(output_dir, overwrite=args.overwrite_output_dir, resuming=checkpoint is not None,
+                       create=False)  # refused early; created once the inputs below are checked
     source = args.tokenizer or (args.discriminator if args.discriminator not in PRESETS else None)
     if source is None:
         raise ValueError(f"A preset ({args.discriminator}) has no vocabulary of its own: give --tokenizer.")
@@ -438,6 +439,7 @@ def pretrain(args: PretrainingArguments, corpus: DatasetDict, training_args: Tra
               "data_collator": collator, "processing_class": tokenizer}
     trainer = (RTDTrainer(**common) if args.objective == "rtd"
                else AdaptationTrainer(**common, encoder=model.base_model))
+    prepare_output_dir(output_dir, overwrite=args.overwrite_output_dir, resuming=checkpoint is not None)
     recorded = {k: v for k, v in dataclasses.asdict(args).items() if k != "overwrite_output_dir"}
     run_args = {"pretraining": recorded, "seed": training_args.seed}
     if checkpoint is not None:  # resuming with other arguments would be a silently different model

@@ -110,9 +110,11 @@ def resolve_resume(output_dir: str, resume_from_checkpoint: str | None) -> str |
     return resume_from_checkpoint
 
 
-def prepare_output_dir(output_dir: str, overwrite: bool = False, resuming: bool = False) -> None:
+def prepare_output_dir(output_dir: str, overwrite: bool = False, resuming: bool = False, create: bool = True) -> None:
     """Refuse to run into a folder that holds anything, unless resuming or asked to overwrite. Overwriting removes
-    the old run's checkpoints (they would otherwise be mistaken for this run's)."""
+    the old run's checkpoints (they would otherwise be mistaken for this run's). With `create=False` only the check
+    runs (call it before the run's own input checks, then again with `create=True` once they passed, so that bad input
+    leaves no folder behind)."""
     entries = sorted(os.listdir(output_dir)) if os.path.isdir(output_dir) else []
     if entries and not (overwrite or resuming):
         shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
@@ -121,6 +123,8 @@ def prepare_output_dir(output_dir: str, overwrite: bool = False, resuming: bool 
             f"--overwrite_output_dir true to start this run afresh there (its old checkpoints are deleted), or "
             f"--resume_from_checkpoint true (or a checkpoint folder) to continue the run it holds."
         )
+    if not create:
+        return
     if entries and overwrite and not resuming:
         for folder in list_checkpoints(output_dir):
             shutil.rmtree(folder)

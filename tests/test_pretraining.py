@@ -310,6 +310,9 @@ def test_bad_inputs(tokenizer, tiny_paths, corpus, tmp_path):
         _pretrain(tmp_path, empty, "empty", discriminator="tiny", tokenizer=tiny_paths[0])
     with pytest.raises(ValueError, match="give --tokenizer"):
         _pretrain(tmp_path, corpus, "no_tokenizer", discriminator="tiny")
+    with pytest.raises(ValueError, match="beyond member"):
+        _pretrain(tmp_path, corpus, "too_long", discriminator=tiny_paths[0], max_seq_length=65)
+    assert not (tmp_path / "no_tokenizer").exists() and not (tmp_path / "too_long").exists()  # nothing half-written
     with pytest.raises(ValueError, match="generator_size"):
         PretrainingArguments(generator_size=0)
     with pytest.raises(ValueError, match="no masked-LM class"):
