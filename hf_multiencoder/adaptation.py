@@ -238,6 +238,10 @@ class AdaptationObjective:
     name: str = ""
     # the loss needs the head's output at the labelled positions only (`AdaptationTrainer`)
     sparse_head: bool = False
+    # the Trainer that runs this objective (a `Trainer` subclass may log the objective's own metrics)
+    trainer_class: type | None = None  # None: `AdaptationTrainer`
+    # the held-out loss is a masked-LM cross-entropy, whose exponential is a perplexity
+    reports_perplexity: bool = False
 
     def check_member(self, config, name: str) -> None:
         """Raise a `ValueError` naming the member if its architecture cannot take this objective."""
@@ -271,6 +275,7 @@ class MaskedLMObjective(AdaptationObjective):
 
     name = "mlm"
     sparse_head = True
+    reports_perplexity = True
 
     def check_member(self, config, name: str) -> None:
         if config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
@@ -399,9 +404,19 @@ def check_output_dir(output_dir: str, names: list[str], overwrite: bool, resume:
 
 
 # ---- adaptation of one member ---------------------------------------------------------------------------------------
-def _loss_entry(metrics: dict) -> dict:
+_TIMING_METRICS = ("loss", "runtime", "samples_per_second", "steps_per_second", "model_preparation_time")
+
+
+def _loss_entry(metrics: dict, objective: AdaptationObjective) -> dict:
+    """The held-out loss, its perplexity (masked-LM objectives) and the objective's own metrics (RTD: the
+    replaced-token ones)."""
     loss = float(metrics["eval_loss"])
-    return {"loss": loss, "perplexity": math.exp(loss) if loss < 700 else float("inf")}
+    entry = {"loss": loss}
+    if objective.reports_perplexity:
+        entry["perplexity"] = math.exp(loss) if loss < 700 else float("inf")
+    entry.update({k.removeprefix("eval_"): v for k, v in metrics.items()
+                  if k.startswith("eval_") and k.removeprefix("eval_") not in _TIMING_METRICS})
+    return entry
 
 
 def _phase_arguments(args: TrainingArguments, output_dir: str, **changes) -> TrainingArguments:
@@ -443,12 +458,14 @@ def adapt_one(
     checkpoint = last_complete_checkpoint(trainer_dir) if training_args.resume_from_checkpoint else None
 
     def trainer_for(args):
-        return AdaptationTrainer(model=model, args=args, train_dataset=tokenized["train"], eval_dataset=eval_dataset,
-                                 data_collator=collator, processing_class=tokenizer,
-                                 encoder=objective.encoder(model) if objective.sparse_head else None)
+        common = {"model": model, "args": args, "train_dataset": tokenized["train"], "eval_dataset": eval_dataset,
+                  "data_collator": collator, "processing_class": tokenizer}
+        if objective.trainer_class is not None:
+            return objective.trainer_class(**common)
+        return AdaptationTrainer(**common, encoder=objective.encoder(model) if objective.sparse_head else None)
 
     evaluator = trainer_for(_phase_arguments(training_args, trainer_dir))
-    report["start"] = _loss_entry(evaluator.evaluate())
+    report["start"] = _loss_entry(evaluator.evaluate(), objective)
     start = time.time()
     warm_up = adaptation_args.head_warmup == "always" or (adaptation_args.head_warmup == "auto" and new_head)
     if warm_up and adaptation_args.head_warmup_epochs > 0 and checkpoint is None:
@@ -466,11 +483,11 @@ def adapt_one(
         trainer_for(warmup_args).train()
         for n, p in model.named_parameters():
             p.requires_grad_(trainable[n])
-        report["after_head_warmup"] = _loss_entry(evaluator.evaluate())
+        report["after_head_warmup"] = _loss_entry(evaluator.evaluate(), objective)
     trainer = trainer_for(_phase_arguments(training_args, trainer_dir))
     trainer.train(resume_from_checkpoint=checkpoint)
     report["train_seconds"] = round(time.time() - start, 1)
-    report["end"] = _loss_entry(trainer.evaluate())
+    report["end"] = _loss_entry(trainer.evaluate(), objective)
     return report
 
 
@@ -509,7 +526,7 @@ def format_table(members: list[dict]) -> str:
     warm-up and at the end, seconds."""
 
     def cell(entry, key):
-        return f"{entry[key]:.3f}" if entry else "-"
+        return f"{entry[key]:.3f}" if entry and key in entry else "-"
 
     lines = ["| member | adapted | new head | train / eval examples | loss start | after head warm-up | loss end | "
              "perplexity start | after head warm-up | perplexity end | seconds |", "|---" * 11 + "|"]

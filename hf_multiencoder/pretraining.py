@@ -362,6 +362,7 @@ class RTDObjective(AdaptationObjective):
 
     name = "rtd"
     generator_size = 0.25
+    trainer_class = RTDTrainer  # logs the replaced-token metrics while a member adapts, too
 
     def check_member(self, config, name: str) -> None:
         if config.model_type != "electra" and config.model_type not in MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES:

@@ -263,6 +263,9 @@ def test_rtd_as_an_adaptation_objective(tmp_path, tiny_paths, corpus):
                            objective="rtd", max_steps=4, head_warmup_epochs=0.2, learning_rate=1e-3,
                            per_device_train_batch_size=8, use_cpu=True, disable_tqdm=True, max_seq_length=16)
     assert report["objective"] == "rtd" and all(m["adapted"] and m["new_head"] for m in report["members"])
+    for member in report["members"]:  # the replaced-token metrics, as run_pretraining.py logs them (no perplexity)
+        assert 0 <= member["end"]["replaced_recall"] <= 1 and 0 < member["end"]["replaced_fraction"] < 0.3
+        assert "perplexity" not in member["end"] and member["end"]["discriminator_accuracy"] > 0
     for path, original in zip(report["encoders"], tiny_paths):
         model, reference = AutoModel.from_pretrained(path), AutoModel.from_pretrained(original)
         assert type(model) is type(reference)
