@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -230,6 +231,25 @@ def test_frozen_heads_do_not_change(tiny_paths, tokenizer, data, tmp_path):
             assert torch.equal(p, before[name]), name
     assert not torch.equal(model.heads.ner.weight, before["heads.ner.weight"])
     assert not torch.equal(model.multiencoder.fusion.scorer.weight, before["multiencoder.fusion.scorer.weight"])
+
+
+def test_a_frozen_member_does_not_change_while_the_rest_trains(tiny_paths, tokenizer, data, tmp_path):
+    """`freeze: {encoders: [...]}` in a multi-task run: the shared `freeze_encoders` on the multi-task model."""
+    import run_multitask
+
+    model = new_model(tiny_paths)
+    model_args = SimpleNamespace(freeze_encoders=None)
+    task_args = SimpleNamespace(freeze={"encoders": [NAMES[0]]})
+    assert run_multitask.apply_freezing(model, model_args, task_args) == []
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    make_trainer(model, tokenizer, data, tmp_path, task_sampling="uniform", max_steps=4).train()
+    member = model.multiencoder.encoders[0]
+    assert not any(p.requires_grad for p in member.parameters())
+    for name, p in model.named_parameters():
+        if name.startswith("multiencoder.encoders.0."):
+            assert torch.equal(p, before[name]), name
+    assert not torch.equal(model.multiencoder.encoders[1].embeddings.word_embeddings.weight,
+                           before["multiencoder.encoders.1.embeddings.word_embeddings.weight"])
 
 
 @pytest.mark.slow  # two trainings
