@@ -42,7 +42,7 @@ benchmark: install encoders
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) benchmarks/bench_train.py
 
 quality: install
-	$(PY) -m ruff check hf_multiencoder tests run_glue_multi.py run_mlm_multi.py run_pretraining.py benchmarks scripts
+	$(PY) -m ruff check hf_multiencoder tests run_glue_multi.py run_mlm_multi.py run_multitask.py run_pretraining.py benchmarks scripts
 
 clean:
 	rm -rf $(VENV) .venv-compat build *.egg-info
