@@ -232,7 +232,16 @@ class MultiEncoderTokenizer(PushToHubMixin):
     def member_fingerprints(self) -> list[str]:
         """A short hash of each member tokenizer's vocabulary and special tokens: two tokenizers with the same
         fingerprint tokenize alike."""
-        return [tokenizer_fingerprint(tok) for tok in self.tokenizers]
+        # hashing a vocabulary takes tens of milliseconds: computed once per member, again only if its size or
+        # special tokens change (`add_tokens`, a new pad token), since `check_model` runs at every `encode` call
+        cache = self.__dict__.setdefault("_fingerprints", {})
+        prints = []
+        for i, tok in enumerate(self.tokenizers):
+            key = (id(tok), len(tok), tuple(tok.all_special_tokens))
+            if cache.get(i, (None,))[0] != key:
+                cache[i] = (key, tokenizer_fingerprint(tok))
+            prints.append(cache[i][1])
+        return prints
 
     def check_model(self, model) -> None:
         """Raise a ``ValueError`` if this tokenizer was built for other members than ``model``'s.

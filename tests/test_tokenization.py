@@ -103,3 +103,14 @@ def test_pad_rows_lists_and_tensors_of_any_shape():
     assert torch.equal(pad_rows([torch.tensor([[1, 2, 3]]), torch.tensor([[4]])], 0), expected)
     assert pad_rows([[1], [2, 3]], 9, length=3, as_tensor=False) == [[1, 9, 9], [2, 3, 9]]
     assert pad_rows([[1, 2, 3, 4, 5]], 0, multiple_of=4).shape == (1, 8)
+
+
+def test_member_fingerprints_follow_the_tokenizers(tiny_paths):
+    """Computed once (check_model runs at every `encode`), recomputed when a member tokenizer changes."""
+    tokenizer = MultiEncoderTokenizer.from_encoders(tiny_paths[:2])
+    first = tokenizer.member_fingerprints()
+    assert tokenizer.member_fingerprints() == first
+    tokenizer.tokenizers[0].add_tokens(["zzqx"])
+    again = tokenizer.member_fingerprints()
+    assert again[0] != first[0] and again[1] == first[1]
+    assert again == MultiEncoderTokenizer(tokenizer.tokenizers).member_fingerprints()  # the same as uncached
