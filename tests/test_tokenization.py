@@ -114,3 +114,17 @@ def test_member_fingerprints_follow_the_tokenizers(tiny_paths):
     again = tokenizer.member_fingerprints()
     assert again[0] != first[0] and again[1] == first[1]
     assert again == MultiEncoderTokenizer(tokenizer.tokenizers).member_fingerprints()  # the same as uncached
+
+
+def test_the_fingerprint_cache_leaves_the_datasets_hash_alone(tiny_paths):
+    """The cache is keyed by object ids: were it pickled, each process of a torchrun would hash the tokenizer (and so
+    every `Dataset.map` using it) differently and miss the cache files another process wrote."""
+    from datasets.fingerprint import Hasher
+
+    tokenizer = MultiEncoderTokenizer.from_encoders(tiny_paths[:2])
+    before = Hasher.hash(tokenizer)
+    tokenizer.member_fingerprints()
+    assert "_fingerprints" in tokenizer.__dict__
+    assert Hasher.hash(tokenizer) == before
+    tokenizer.tokenizers[0].add_tokens(["zzqx"])
+    assert Hasher.hash(tokenizer) != before  # a real change still changes the hash
