@@ -244,9 +244,9 @@ class MultiEncoderTokenizer(PushToHubMixin):
         return prints
 
     def __getstate__(self):
-        # the fingerprint cache is keyed by object ids, which differ in every process: leaving it out of the pickled
-        # state keeps `datasets`' hash of this tokenizer (and so of every `map` that uses it) the same in every process,
-        # so the processes of a torchrun share cache files
+        # the fingerprint cache is keyed by object ids, which differ in every process: leaving it out of the
+        # pickled state keeps `datasets`' hash of this tokenizer (and so of every `map` that uses it) the same in
+        # every process, so the processes of a torchrun share cache files
         state = self.__dict__.copy()
         state.pop("_fingerprints", None)
         return state
