@@ -2,8 +2,8 @@
 """Sentence embeddings of the members and of their fusion on semantic textual similarity: zero-shot, and after
 fine-tuning on STS-B train with sentence-transformers.
 
-    python scripts/sts_embeddings.py --output_dir results/sts                              # zero-shot only
-    python scripts/sts_embeddings.py --output_dir results/sts --do_train --seeds 1 2 3     # + fine-tuning
+    python scripts/sts_embeddings.py --output_dir results/sts_full                          # zero-shot only
+    python scripts/sts_embeddings.py --output_dir results/sts_full --do_train --seeds 1 2 3 # + fine-tuning
 
 Score: the Spearman correlation (x100) of the cosine of the two sentences' embeddings with the gold similarity, on
 STS-B dev and SICK-R test (`--eval_sets`, `task:split` or `task:split:N` for its first N pairs), as
@@ -70,7 +70,7 @@ class StsArguments:
     data_dir: str | None = field(default=None, metadata={"help": "The data folder (default: ../shared/data)."})
     batch_size: int = field(default=64, metadata={"help": "Sentences per forward pass when encoding."})
     max_seq_length: int = field(default=128, metadata={"help": "Truncation length, every member."})
-    output_dir: str = field(default="results/sts", metadata={"help": "Where results (and runs) are written."})
+    output_dir: str = field(default="results/sts_full", metadata={"help": "Where results (and runs) are written."})
     skip_zero_shot: bool = field(default=False, metadata={"help": "Only fine-tune (reuse zero-shot results)."})
     do_train: bool = field(default=False, metadata={"help": "Fine-tune on STS-B train and evaluate again."})
     train_models: list[str] | None = field(default=None, metadata={
