@@ -2,6 +2,7 @@ import os
 
 import pytest
 
+from hf_multiencoder import MultiEncoderTokenizer
 from hf_multiencoder.testing_utils import build_tiny_encoders
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -12,6 +13,12 @@ SHARED_DATA = os.environ.get("HF_MULTIENCODER_DATA", os.path.join(REPO_ROOT, "..
 def tiny_paths(tmp_path_factory):
     """Folders of three tiny random members: BERT-32, RoBERTa-40, DistilBERT-24 (built once per session)."""
     return build_tiny_encoders(str(tmp_path_factory.mktemp("tiny_encoders")))
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_paths):
+    """The multi-tokenizer of the three tiny members, one per test module (a module may override it)."""
+    return MultiEncoderTokenizer.from_encoders(tiny_paths)
 
 
 @pytest.fixture(scope="session")

@@ -26,11 +26,6 @@ SENTENCES = ["He can will go", "the cat sat on the mat quickly", "a dog", "Someb
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tiny_paths):
-    return MultiEncoderTokenizer.from_encoders(tiny_paths)
-
-
-@pytest.fixture(scope="module")
 def concat_model(tiny_paths):
     return MultiEncoderModel.from_encoders(tiny_paths, fusion="concat").eval()
 

@@ -6,18 +6,13 @@ import torch
 from datasets import Dataset, load_from_disk
 from transformers import Trainer, TrainingArguments
 
-from hf_multiencoder import MultiEncoderDataCollator, MultiEncoderForSequenceClassification, MultiEncoderTokenizer
+from hf_multiencoder import MultiEncoderDataCollator, MultiEncoderForSequenceClassification
 from hf_multiencoder.feature_cache import CachedFeaturesCollator, add_member_features, select_pooling
 from hf_multiencoder.optimization import freeze_encoders
 
 SENTENCES = ["the cat sat on the mat", "he went to paris", "a cat runs quickly", "somebody just left new york",
              "she can go", "john smith likes the dog", "it was 2024", "the dog sat on it"]
 LABELS = [1, 0, 1, 0, 1, 1, 0, 1]
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_paths):
-    return MultiEncoderTokenizer.from_encoders(tiny_paths)
 
 
 def tokenize(tokenizer, sentences, labels):

@@ -26,11 +26,6 @@ SENTENCES = ["He can will go", "Somebody just left the new york cat.", "the dog 
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tiny_paths):
-    return MultiEncoderTokenizer.from_encoders(tiny_paths)
-
-
-@pytest.fixture(scope="module")
 def dme_model(tiny_paths):
     torch.manual_seed(0)
     return MultiEncoderForSequenceClassification.from_encoders(tiny_paths, fusion="dme", num_labels=3)

@@ -7,17 +7,12 @@ import pytest
 import torch
 from transformers import AutoModelForTokenClassification, AutoTokenizer
 
-from hf_multiencoder import MultiEncoderForTokenClassification, MultiEncoderTokenizer
+from hf_multiencoder import MultiEncoderForTokenClassification
 from hf_multiencoder.modeling_multiencoder import pool_words, tags_to_spans, word_tags
 from hf_multiencoder.testing_utils import run_without_package
 
 LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 ID2LABEL = dict(enumerate(LABELS))
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_paths):
-    return MultiEncoderTokenizer.from_encoders(tiny_paths)
 
 
 def build(tiny_paths, **kwargs):

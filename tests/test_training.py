@@ -8,16 +8,11 @@ import torch
 from datasets import Dataset
 from transformers import Trainer, TrainingArguments
 
-from hf_multiencoder import MultiEncoderDataCollator, MultiEncoderForSequenceClassification, MultiEncoderTokenizer
+from hf_multiencoder import MultiEncoderDataCollator, MultiEncoderForSequenceClassification
 from hf_multiencoder.optimization import create_multiencoder_optimizer, freeze_encoders
 
 POS = ["the cat sat on the mat", "a cat runs", "the cat likes the dog", "she can go to the cat"]
 NEG = ["somebody just left", "he went to paris", "john smith is new", "it was 2024 in york"]
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_paths):
-    return MultiEncoderTokenizer.from_encoders(tiny_paths)
 
 
 @pytest.fixture(scope="module")
