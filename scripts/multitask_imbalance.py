@@ -2,7 +2,7 @@
 """The imbalance experiment of the README: an abundant task (CoNLL-2003 NER) beside a small one (TREC, 500 training
 questions) on one multi-encoder, with run_multitask.py and configs/multitask/imbalance.yaml.
 
-    python scripts/multitask_imbalance.py                    # every row, 3 seeds: 43 min on 2 shared CPU cores
+    python scripts/multitask_imbalance.py                    # every row, 3 seeds: 14 min on a quiet 2-core CPU
     python scripts/multitask_imbalance.py --rows proportional --seeds 1
 
 Rows (the same optimizer-step budget each): the small task alone; both tasks with proportional sampling; with
