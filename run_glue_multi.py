@@ -617,6 +617,17 @@ def seed_output_dir(base_output: str, seed: int, seeds: list[int]) -> str:
     return os.path.join(base_output, f"seed_{seed}") if len(seeds) > 1 else base_output
 
 
+def prepare_runs(model_args, data_args, training_args) -> tuple[list[int], str, dict, bool]:
+    """What a run script does before any work: its seeds, the run's arguments (run_args.json) and its checked output
+    folder: an empty (or new) one, or, when resuming, one whose runs had the same model and data arguments. Returns
+    (seeds, the base output folder, the run's arguments, whether the run resumes)."""
+    seeds = data_args.seeds or [training_args.seed]
+    base_output = training_args.output_dir
+    run_args = run_arguments(model_args, data_args, training_args)
+    return seeds, base_output, run_args, prepare_run_folders(base_output, seeds, run_args, training_args,
+                                                             data_args.overwrite_output_dir)
+
+
 def prepare_run_folders(base_output: str, seeds: list[int], run_args: dict, training_args, overwrite: bool) -> bool:
     """Check the run folders before any work: an empty (or new) output folder, or, when resuming, the same model and
     data arguments as the run being resumed. Returns whether the run resumes."""
@@ -649,10 +660,7 @@ def main(argv: list[str] | None = None) -> dict:
     model_args, data_args, training_args = parse_args(argv)
     setup_run(training_args, logger.name)
 
-    seeds = data_args.seeds or [training_args.seed]
-    base_output = training_args.output_dir
-    run_args = run_arguments(model_args, data_args, training_args)
-    resuming = prepare_run_folders(base_output, seeds, run_args, training_args, data_args.overwrite_output_dir)
+    seeds, base_output, run_args, resuming = prepare_runs(model_args, data_args, training_args)
 
     raw, spec = load_data(data_args)
     if training_args.metric_for_best_model is None:

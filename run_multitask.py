@@ -43,8 +43,7 @@ from run_glue_multi import (
     default_to_train_and_eval,
     from_encoders_kwargs,
     metric_for_best_model_given,
-    prepare_run_folders,
-    run_arguments,
+    prepare_runs,
     start_seed_run,
     train_and_save,
 )
@@ -275,10 +274,7 @@ def write_results_table(results: list[dict], specs, task_args, model_args, outpu
 def main(argv: list[str] | None = None) -> dict:
     model_args, task_args, training_args = parse_args(argv)
     setup_run(training_args, logger.name)
-    seeds = task_args.seeds or [training_args.seed]
-    base_output = training_args.output_dir
-    run_args = run_arguments(model_args, task_args, training_args)
-    resuming = prepare_run_folders(base_output, seeds, run_args, training_args, task_args.overwrite_output_dir)
+    seeds, base_output, run_args, resuming = prepare_runs(model_args, task_args, training_args)
     tokenizer = build_tokenizer(model_args)
     with training_args.main_process_first(desc="dataset map pre-processing"):
         data, specs = load_multitask_data(
