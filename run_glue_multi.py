@@ -298,7 +298,7 @@ def adapt_before_tuning(model_args, data_args, training_args, raw, spec: TaskSpe
 
 
 # ---- model ----------------------------------------------------------------------------------------------------
-def build_model(model_args: ModelArguments, spec: TaskSpec):
+def build_model(model_args: ModelArguments, spec: TaskSpec, tokenizer: MultiEncoderTokenizer):
     model_cls = MultiEncoderForTokenClassification if spec.kind == "token" else MultiEncoderForSequenceClassification
     label_kwargs = {"num_labels": spec.num_labels}
     if spec.label_list:
@@ -309,13 +309,15 @@ def build_model(model_args: ModelArguments, spec: TaskSpec):
     if model_args.model_name_or_path:
         return model_cls.from_pretrained(model_args.model_name_or_path, cache_dir=model_args.cache_dir,
                                          **label_kwargs)
-    return model_cls.from_encoders(model_args.encoders, **from_encoders_kwargs(model_args), **label_kwargs)
+    return model_cls.from_encoders(model_args.encoders, **from_encoders_kwargs(model_args, tokenizer), **label_kwargs)
 
 
-def from_encoders_kwargs(model_args: ModelArguments) -> dict:
+def from_encoders_kwargs(model_args: ModelArguments, tokenizer: MultiEncoderTokenizer) -> dict:
     """The `from_encoders` arguments the model arguments set: member names and the fusion, pooling and dropout
-    options."""
+    options, and the fingerprints of the run's tokenizer (built from the same members: `from_encoders` need not load
+    each member's tokenizer a second time to record them)."""
     return {
+        "tokenizer_fingerprints": tokenizer.member_fingerprints(),
         "encoder_names": model_args.encoder_names,
         "encoder_kwargs": {"cache_dir": model_args.cache_dir} if model_args.cache_dir else None,
         "fusion": model_args.fusion,
@@ -473,7 +475,7 @@ def train_and_save(trainer, training_args, before_save=None) -> dict:
 def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokenized):
     """One run, one seed. Returns its result (for results.json) and its model card data."""
     set_seed(training_args.seed)
-    model = build_model(model_args, spec)
+    model = build_model(model_args, spec, tokenizer)
     tokenizer.check_model(model)
     frozen = []
     if model_args.freeze_encoders:

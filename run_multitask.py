@@ -155,13 +155,14 @@ def parse_args(argv: list[str] | None = None):
 
 
 # ---- model ----------------------------------------------------------------------------------------------------
-def build_model(model_args: ModelArguments, specs) -> MultiEncoderForMultiTask:
+def build_model(model_args: ModelArguments, specs, tokenizer) -> MultiEncoderForMultiTask:
     """Members from `--encoders` (or a saved multi-task model) with a head per task from the registry."""
     tasks = task_heads(specs)
     if model_args.model_name_or_path:
         return MultiEncoderForMultiTask.from_pretrained(model_args.model_name_or_path, tasks=tasks,
                                                         cache_dir=model_args.cache_dir)
-    return MultiEncoderForMultiTask.from_encoders(model_args.encoders, tasks=tasks, **from_encoders_kwargs(model_args))
+    return MultiEncoderForMultiTask.from_encoders(model_args.encoders, tasks=tasks,
+                                                  **from_encoders_kwargs(model_args, tokenizer))
 
 
 def apply_freezing(model, model_args: ModelArguments, task_args: MultiTaskArguments) -> list:
@@ -182,7 +183,7 @@ def apply_freezing(model, model_args: ModelArguments, task_args: MultiTaskArgume
 # ---- one run --------------------------------------------------------------------------------------------------
 def train_one(model_args, task_args, training_args, data, specs, tokenizer) -> dict:
     set_seed(training_args.seed)
-    model = build_model(model_args, specs)
+    model = build_model(model_args, specs, tokenizer)
     tokenizer.check_model(model)
     callbacks = apply_freezing(model, model_args, task_args)
     if task_args.early_stopping_patience:

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import run_glue_multi
+from hf_multiencoder import MultiEncoderForSequenceClassification, modeling_multiencoder
 
 POS = ["the cat sat on the mat", "a cat runs", "the cat likes the dog", "she can go to the cat",
        "the dog sat on the cat and the mat"]
@@ -76,6 +77,22 @@ def test_early_stopping(tiny_paths, csv_files, tmp_path):
     assert s["epoch"] == pytest.approx(2.0) and s["global_step"] == 10
 
 
+def test_the_script_records_the_fingerprints_from_encoders_would(tiny_paths, csv_files, tmp_path, monkeypatch):
+    """The script hands its tokenizer's fingerprints to from_encoders, which then loads no member tokenizer again."""
+    model_args, data_args, _ = run_glue_multi.parse_args(args_for(tiny_paths, csv_files, tmp_path / "fp"))
+    raw, spec = run_glue_multi.load_data(data_args)
+    tokenizer = run_glue_multi.build_tokenizer(model_args)
+    expected = MultiEncoderForSequenceClassification.from_encoders(tiny_paths[:2], num_labels=2).config
+
+    def load_again(*args, **kwargs):
+        pytest.fail("from_encoders loaded a member tokenizer again")
+
+    monkeypatch.setattr(modeling_multiencoder.AutoTokenizer, "from_pretrained", load_again)
+    model = run_glue_multi.build_model(model_args, spec, tokenizer)
+    assert len(expected.tokenizer_fingerprints) == 2
+    assert model.config.tokenizer_fingerprints == expected.tokenizer_fingerprints
+
+
 def test_group_by_length_groups_by_the_longest_member(tiny_paths, csv_files, tmp_path):
     """The length-grouped sampler must see each example's length, not len(input_ids) = the number of members."""
     model_args, data_args, training_args = run_glue_multi.parse_args(
@@ -87,7 +104,7 @@ def test_group_by_length_groups_by_the_longest_member(tiny_paths, csv_files, tmp
     raw, spec = run_glue_multi.load_data(data_args)
     tokenizer = run_glue_multi.build_tokenizer(model_args)
     tokenized = run_glue_multi.tokenize_dataset(raw, spec, tokenizer, data_args, training_args)
-    model = run_glue_multi.build_model(model_args, spec)
+    model = run_glue_multi.build_model(model_args, spec, tokenizer)
     trainer = run_glue_multi.build_trainer(model_args, data_args, training_args, spec, tokenizer, tokenized, model)
     loader = trainer.get_train_dataloader()
     lengths = tokenized["train"]["length"]
