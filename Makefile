@@ -6,7 +6,7 @@ PIP    := $(PY) -m pip
 # No HF_HOME here: `make encoders` seeds the standard Hugging Face cache ($HF_HOME if you set one, else
 # ~/.cache/huggingface), so every later command, script and notebook finds the members by name.
 
-.PHONY: install test test-fast demo encoders compat quality benchmark clean
+.PHONY: install test test-fast demo encoders compat quality docs docs-install benchmark clean
 
 $(VENV)/.installed: setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,7 +33,7 @@ encoders: install
 # the cached venvs of tests/test_compat.py (transformers 4.57.6 for the shipped code, 5.0.0 = setup.py's floor);
 # rebuilt only when their requirements or setup.py change; one that cannot be built makes its test skip, saying why
 compat: install
-	$(PY) -c "from hf_multiencoder.testing_utils import build_compat_venvs; build_compat_venvs()"
+	$(PY) tests/compat_envs.py
 
 demo: install encoders
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) scripts/demo.py
@@ -44,5 +44,15 @@ benchmark: install encoders
 quality: install
 	$(PY) -m ruff check hf_multiencoder tests run_glue_multi.py run_mlm_multi.py run_multitask.py run_pretraining.py benchmarks scripts
 
+# the manual (docs/, mkdocs Material + mkdocstrings) into site/; --strict fails on a broken link or reference
+$(VENV)/.docs-installed: $(VENV)/.installed
+	$(PIP) install -q -e ".[docs]" torch==2.13.0
+	touch $@
+
+docs-install: $(VENV)/.docs-installed
+
+docs: docs-install
+	$(VENV)/bin/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) .venv-compat build *.egg-info
+	rm -rf $(VENV) .venv-compat build site *.egg-info

@@ -37,16 +37,17 @@ from hf_multiencoder import (
     create_multiencoder_optimizer,
     freeze_encoders,
 )
-from hf_multiencoder.adaptation import adapt_members, default_training_arguments
-from hf_multiencoder.corpus import build_corpus, task_texts
-from hf_multiencoder.data import keep_length_column, load_task, tokenize_task
-from hf_multiencoder.feature_cache import CachedFeaturesCollator, add_member_features
-from hf_multiencoder.lora import get_multiencoder_lora_model, merge_lora_after_training
-from hf_multiencoder.metrics import build_compute_metrics, fusion_weights_from_metrics
-from hf_multiencoder.model_card import MultiEncoderModelCardData, save_seeds_card
-from hf_multiencoder.modeling_multiencoder import word_tags
-from hf_multiencoder.results import format_summary, mean_by_key, summarize
-from hf_multiencoder.runs import (
+from hf_multiencoder.data.corpus import build_corpus, task_texts
+from hf_multiencoder.data.feature_cache import CachedFeaturesCollator, add_member_features
+from hf_multiencoder.data.loading import keep_length_column, load_task, tokenize_task
+from hf_multiencoder.data.tasks import TASKS, TaskSpec
+from hf_multiencoder.models.modeling_multiencoder import word_tags
+from hf_multiencoder.pretraining.adaptation import adapt_members, default_training_arguments
+from hf_multiencoder.training.lora import get_multiencoder_lora_model, merge_lora_after_training
+from hf_multiencoder.training.metrics import build_compute_metrics, fusion_weights_from_metrics
+from hf_multiencoder.training.model_card import MultiEncoderModelCardData, save_seeds_card
+from hf_multiencoder.training.results import format_summary, mean_by_key, summarize
+from hf_multiencoder.training.runs import (
     check_resume_args,
     prepare_output_dir,
     resolve_resume,
@@ -54,7 +55,6 @@ from hf_multiencoder.runs import (
     setup_run,
     write_run_args,
 )
-from hf_multiencoder.tasks import TASKS, TaskSpec
 
 logger = logging.getLogger(__name__)
 

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 
 from transformers import HfArgumentParser, TrainingArguments
 
-from hf_multiencoder.adaptation import ADAPTATION_DEFAULTS, AdaptationArguments, adapt_members
-from hf_multiencoder.corpus import CorpusArguments
-from hf_multiencoder.runs import setup_run
+from hf_multiencoder.data.corpus import CorpusArguments
+from hf_multiencoder.pretraining.adaptation import ADAPTATION_DEFAULTS, AdaptationArguments, adapt_members
+from hf_multiencoder.training.runs import setup_run
 from run_glue_multi import config_file_argv
 
 logger = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ stock Trainer: every optimizer step trains one task, picked by a sampling schedu
     python run_multitask.py configs/multitask/conll_trec.yaml [--any_argument value ...]
 
 The first argument may be a YAML or JSON file holding any of the arguments below; command-line arguments override
-it (mappings such as `--tasks` take JSON). Tasks are registered task names (`hf_multiencoder.tasks`); the model,
+it (mappings such as `--tasks` take JSON). Tasks are registered task names (`hf_multiencoder.data.tasks`); the model,
 member and Trainer options are `run_glue_multi.py`'s.
 """
 
@@ -23,7 +23,8 @@ import torch
 from transformers import EarlyStoppingCallback, HfArgumentParser, TrainingArguments, set_seed
 
 from hf_multiencoder import MultiEncoderForMultiTask, create_multiencoder_optimizer, freeze_encoders
-from hf_multiencoder.multitask import (
+from hf_multiencoder.data.tasks import TASKS
+from hf_multiencoder.training.multitask import (
     MULTITASK_SCORE,
     SAMPLING_SCHEDULES,
     FreezeHeadsCallback,
@@ -33,9 +34,8 @@ from hf_multiencoder.multitask import (
     load_multitask_data,
     task_heads,
 )
-from hf_multiencoder.results import format_summary, mean_by_key, summarize
-from hf_multiencoder.runs import setup_run
-from hf_multiencoder.tasks import TASKS
+from hf_multiencoder.training.results import format_summary, mean_by_key, summarize
+from hf_multiencoder.training.runs import setup_run
 from run_glue_multi import (
     ModelArguments,
     build_tokenizer,

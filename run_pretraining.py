@@ -26,9 +26,9 @@ import sys
 
 from transformers import HfArgumentParser, TrainingArguments
 
-from hf_multiencoder.corpus import CorpusArguments
-from hf_multiencoder.pretraining import PRETRAINING_DEFAULTS, PretrainingArguments, pretrain
-from hf_multiencoder.runs import setup_run
+from hf_multiencoder.data.corpus import CorpusArguments
+from hf_multiencoder.pretraining.rtd import PRETRAINING_DEFAULTS, PretrainingArguments, pretrain
+from hf_multiencoder.training.runs import setup_run
 from run_glue_multi import config_file_argv
 
 logger = logging.getLogger(__name__)

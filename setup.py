@@ -7,7 +7,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     packages=find_packages(include=["hf_multiencoder", "hf_multiencoder.*"]),
-    package_data={"hf_multiencoder": ["model_card_template.md", "seeds_card_template.md"]},
+    package_data={"hf_multiencoder.training": ["model_card_template.md", "seeds_card_template.md"]},
     python_requires=">=3.10",
     install_requires=[
         "torch>=2.4",
@@ -27,7 +27,8 @@ setup(
         "dev": ["pytest>=8", "ruff>=0.5", "tensorboard>=2.14"],
         "tensorboard": ["tensorboard>=2.14"],
         "plot": ["matplotlib>=3.7"],
-        "peft": ["peft>=0.13"],  # LoRA on the members (hf_multiencoder.lora, run_glue_multi.py --lora_r)
+        "peft": ["peft>=0.13"],  # LoRA on the members (hf_multiencoder.training.lora, run_glue_multi.py --lora_r)
         "sentence-transformers": ["sentence-transformers>=6.0,<7"],
+        "docs": ["mkdocs>=1.6", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.26"],  # make docs
     },
 )

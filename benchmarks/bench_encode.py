@@ -34,7 +34,7 @@ from timing import cleanup, interleaved_median_ms
 from transformers import AutoModel, AutoTokenizer, HfArgumentParser
 
 from hf_multiencoder import MultiEncoderModel, MultiEncoderTokenizer, load_task
-from hf_multiencoder.data import local_path
+from hf_multiencoder.data.loading import local_path
 from hf_multiencoder.testing_utils import build_tiny_encoders
 
 DEFAULT_MEMBERS = ["sentence-transformers/all-MiniLM-L6-v2", "sentence-transformers/all-mpnet-base-v2"]

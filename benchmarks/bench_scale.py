@@ -48,7 +48,7 @@ from hf_multiencoder import (  # noqa: E402
     get_task,
     tokenize_task,
 )
-from hf_multiencoder.lora import get_multiencoder_lora_model  # noqa: E402
+from hf_multiencoder.training.lora import get_multiencoder_lora_model  # noqa: E402
 
 VARIANTS = ("full", "lora", "full+gc", "lora+gc")
 

@@ -7,7 +7,7 @@ On the same data and batch settings it measures, with the stock ``Trainer``:
 * the multi-encoder with that one member (the plugin's own overhead);
 * the multi-encoder with all members, ``concat`` and ``dme`` fusion;
 * the multi-encoder with every member frozen (only fusion + head train), with and without the feature cache
-  (``hf_multiencoder.feature_cache``).
+  (``hf_multiencoder.data.feature_cache``).
 
 Training throughput is timed over ``--steps`` optimizer steps after ``--warmup`` steps (a ``TrainerCallback`` reads
 the clock at the end of the warm-up step and of the last step, synchronising CUDA first); peak memory is
@@ -63,8 +63,8 @@ from hf_multiencoder import (
     load_task,
     tokenize_task,
 )
-from hf_multiencoder.data import length_grouping_kwargs, local_path
-from hf_multiencoder.feature_cache import CachedFeaturesCollator, add_member_features
+from hf_multiencoder.data.feature_cache import CachedFeaturesCollator, add_member_features
+from hf_multiencoder.data.loading import length_grouping_kwargs, local_path
 from hf_multiencoder.testing_utils import build_tiny_encoders
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

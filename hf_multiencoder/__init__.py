@@ -3,6 +3,10 @@
 Importing the package registers the config, models and tokenizer with the Auto classes, and marks them so that
 ``save_pretrained``/``push_to_hub`` ship the code files and write ``auto_map`` (``trust_remote_code=True`` loading
 where this package is not installed).
+
+Layout: `models/` is the code saved beside the weights (torch and transformers only); `training/` the Trainer, run
+folders, optimizer, metrics, model card, LoRA, multi-task training; `data/` the task registry, readers, collator,
+feature cache and corpora; `pretraining/` member adaptation and replaced-token detection.
 """
 
 import importlib
@@ -15,11 +19,12 @@ from transformers import (
     AutoTokenizer,
 )
 
-from .configuration_multiencoder import MultiEncoderConfig
-from .configuration_multiencoder_multitask import MultiEncoderMultiTaskConfig
-from .data_collator import MultiEncoderDataCollator
-from .fusion_multiencoder import FUSION_MAPPING, Fusion, build_fusion
-from .modeling_multiencoder import (
+from .data.data_collator import MultiEncoderDataCollator
+from .data.tasks import TaskSpec, get_task, register_task
+from .models.configuration_multiencoder import MultiEncoderConfig
+from .models.configuration_multiencoder_multitask import MultiEncoderMultiTaskConfig
+from .models.fusion_multiencoder import FUSION_MAPPING, Fusion, build_fusion
+from .models.modeling_multiencoder import (
     MultiEncoderForSequenceClassification,
     MultiEncoderForTokenClassification,
     MultiEncoderModel,
@@ -29,26 +34,25 @@ from .modeling_multiencoder import (
     MultiEncoderTokenClassifierOutput,
     mean_fusion_weights,
 )
-from .modeling_multiencoder_multitask import MultiEncoderForMultiTask, MultiEncoderMultiTaskModel
-from .optimization import create_multiencoder_optimizer, freeze_encoders
-from .tasks import TaskSpec, get_task, register_task
-from .tokenization_multiencoder import MultiEncoderBatch, MultiEncoderTokenizer
+from .models.modeling_multiencoder_multitask import MultiEncoderForMultiTask, MultiEncoderMultiTaskModel
+from .models.tokenization_multiencoder import MultiEncoderBatch, MultiEncoderTokenizer
+from .training.optimization import create_multiencoder_optimizer, freeze_encoders
 
 __version__ = "0.1.0"
 
 # Training-side names that pull in heavy modules (the Trainer, `datasets`, scipy): imported on first use, so that
 # `import hf_multiencoder` for inference stays as light as transformers itself (PEP 562, as transformers' lazy module).
 _LAZY_IMPORTS = {
-    "MultiEncoderTrainer": "hub",
-    "push_multiencoder_to_hub": "hub",
-    "load_task": "data",
-    "MultiTaskTrainer": "multitask",
-    "tokenize_task": "data",
-    "adapt_members": "adaptation",
-    "load_corpus": "corpus",
+    "MultiEncoderTrainer": "training.trainer",
+    "push_multiencoder_to_hub": "training.trainer",
+    "load_task": "data.loading",
+    "MultiTaskTrainer": "training.multitask",
+    "tokenize_task": "data.loading",
+    "adapt_members": "pretraining.adaptation",
+    "load_corpus": "data.corpus",
     # sentence-transformers (an optional extra): imported only when these are used
-    "save_sentence_transformer": "sentence_embeddings",
-    "to_sentence_transformer": "sentence_embeddings",
+    "save_sentence_transformer": "training.sentence_embeddings",
+    "to_sentence_transformer": "training.sentence_embeddings",
 }
 
 

@@ -33,15 +33,15 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 import run_glue_multi  # noqa: E402
-from hf_multiencoder.adaptation import (  # noqa: E402
+from hf_multiencoder.data.corpus import build_corpus, task_texts  # noqa: E402
+from hf_multiencoder.data.loading import load_task  # noqa: E402
+from hf_multiencoder.pretraining.adaptation import (  # noqa: E402
     RESULTS_FILE,
     adapt_members,
     default_training_arguments,
     format_table,
 )
-from hf_multiencoder.corpus import build_corpus, task_texts  # noqa: E402
-from hf_multiencoder.data import load_task  # noqa: E402
-from hf_multiencoder.results import format_summary  # noqa: E402
+from hf_multiencoder.training.results import format_summary  # noqa: E402
 
 ROWS = {  # name -> (adapted members?, members frozen?)
     "head_only": (False, True),

@@ -24,8 +24,8 @@ import torch
 from transformers import AutoModelForSequenceClassification, pipeline
 
 from hf_multiencoder import load_task
-from hf_multiencoder.frozen import encode_task, train_head
-from hf_multiencoder.results import summarize
+from hf_multiencoder.training.frozen import encode_task, train_head
+from hf_multiencoder.training.results import summarize
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENCODERS = {"MiniLM": "sentence-transformers/all-MiniLM-L6-v2", "MPNet": "sentence-transformers/all-mpnet-base-v2"}

@@ -3,7 +3,7 @@
     python scripts/glue_frozen.py [--tasks cola stsb mrpc rte] [--seeds 1 2 3 4 5] [--epochs 8]
         [--poolings cls mean last4] [--results results] [--runs_dir runs/glue_frozen]
 
-For each task the real MiniLM and MPNet run once over the full train and dev sets (`hf_multiencoder.frozen`: the
+For each task the real MiniLM and MPNet run once over the full train and dev sets (`training.frozen`: the
 feature cache, cls / mean / last4 pooled from one pass of each member); then, for every pooling and seed, a head trains
 on the stored vectors with the stock Trainer (a fixed budget of epochs, evaluated after each): each member alone,
 `concat`, `dme` and `mean`. A finished run is kept in --runs_dir and skipped when the sweep is run again. Writes
@@ -20,9 +20,9 @@ import time
 
 import torch
 
-from hf_multiencoder.frozen import encode_task, train_head
-from hf_multiencoder.results import mean_by_key, summarize
-from hf_multiencoder.tasks import get_task
+from hf_multiencoder.data.tasks import get_task
+from hf_multiencoder.training.frozen import encode_task, train_head
+from hf_multiencoder.training.results import mean_by_key, summarize
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENCODERS = {"MiniLM": "sentence-transformers/all-MiniLM-L6-v2", "MPNet": "sentence-transformers/all-mpnet-base-v2"}

@@ -20,8 +20,8 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from hf_multiencoder.results import mean_by_key, summarize
-from hf_multiencoder.tasks import get_task
+from hf_multiencoder.data.tasks import get_task
+from hf_multiencoder.training.results import mean_by_key, summarize
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = {  # name -> (config suffix, extra arguments, kind)

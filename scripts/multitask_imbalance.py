@@ -27,7 +27,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 import run_multitask  # noqa: E402
-from hf_multiencoder.results import mean_by_key  # noqa: E402
+from hf_multiencoder.training.results import mean_by_key  # noqa: E402
 
 CONFIG = os.path.join(REPO, "configs", "multitask", "imbalance.yaml")
 SMALL, ABUNDANT = "trec", "ner"

@@ -25,8 +25,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 import run_glue_multi  # noqa: E402
-from hf_multiencoder.pretraining import RESULTS_FILE  # noqa: E402
-from hf_multiencoder.results import format_summary  # noqa: E402
+from hf_multiencoder.pretraining.rtd import RESULTS_FILE  # noqa: E402
+from hf_multiencoder.training.results import format_summary  # noqa: E402
 
 PRETRAINING_KEYS = ("eval_loss", "eval_generator_accuracy", "eval_discriminator_accuracy",
                     "eval_all_original_accuracy", "eval_replaced_precision", "eval_replaced_recall",

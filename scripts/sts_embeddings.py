@@ -13,7 +13,7 @@ Zero-shot, for each `--poolings` value: the fused model (`concat` of all members
 the evaluation sets once with `embedding_fusion="model"` (the raw concatenation of the members' pooled vectors);
 every row of the table is computed from those vectors: each member alone (its own block: the member's pooled vector,
 exactly what the member alone gives), the raw concatenation, and the training-free fusions of the library
-(`hf_multiencoder.embedding_multiencoder.normalized_concat`, with equal or `--embedding_weights` member weights).
+(`models.embedding_multiencoder.normalized_concat`, with equal or `--embedding_weights` member weights).
 
 `--do_train`: for each of `--train_models` (members by name, and `fused`) and each seed, the model is wrapped as a
 SentenceTransformer (`hf_multiencoder.to_sentence_transformer`), trained with SentenceTransformerTrainer and
@@ -39,11 +39,11 @@ import torch
 from transformers import HfArgumentParser, set_seed
 
 from hf_multiencoder import MultiEncoderModel, MultiEncoderTokenizer
-from hf_multiencoder.data import local_path
-from hf_multiencoder.embedding_multiencoder import normalized_concat
-from hf_multiencoder.results import format_summary, summarize
-from hf_multiencoder.sentence_embeddings import sts_pairs, sts_spearman
-from hf_multiencoder.tasks import get_task
+from hf_multiencoder.data.loading import local_path
+from hf_multiencoder.data.tasks import get_task
+from hf_multiencoder.models.embedding_multiencoder import normalized_concat
+from hf_multiencoder.training.results import format_summary, summarize
+from hf_multiencoder.training.sentence_embeddings import sts_pairs, sts_spearman
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SELECTION = "selection"  # the column of the selection set in the zero-shot rows

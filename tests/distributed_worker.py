@@ -28,7 +28,7 @@ from hf_multiencoder import (
     create_multiencoder_optimizer,
     freeze_encoders,
 )
-from hf_multiencoder.metrics import build_compute_metrics
+from hf_multiencoder.training.metrics import build_compute_metrics
 
 WORDS = ("the cat sat on the mat a dog runs she can go he went to paris john smith is new it was 2024 in york "
          "somebody just left likes quickly").split()
@@ -137,9 +137,9 @@ def main(tiny_dir: str, out: str) -> None:
     import torch.distributed as dist
 
     import run_glue_multi
-    from hf_multiencoder import feature_cache
-    from hf_multiencoder.modeling_multiencoder import MultiEncoderPreTrainedModel
-    from hf_multiencoder.optimization import parameter_members
+    from hf_multiencoder.data import feature_cache
+    from hf_multiencoder.models.modeling_multiencoder import MultiEncoderPreTrainedModel
+    from hf_multiencoder.training.optimization import parameter_members
 
     paths = [os.path.join(tiny_dir, name) for name in ("tiny-bert", "tiny-roberta", "tiny-distilbert")]
     tokenizer = MultiEncoderTokenizer.from_encoders(paths, encoder_names=["bert", "roberta", "distil"])

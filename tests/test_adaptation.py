@@ -1,4 +1,4 @@
-"""Masked-LM adaptation of every member (hf_multiencoder.adaptation) on tiny members of three architectures: the
+"""Masked-LM adaptation of every member (pretraining.adaptation) on tiny members of three architectures: the
 held-out loss falls, the saved members are standard checkpoints with changed weights and no head, the new head is
 warmed up with the member frozen, whole-word masking, multi-encoder checkpoints, and every bad input."""
 
@@ -20,14 +20,14 @@ from transformers import (
 )
 
 from hf_multiencoder import MultiEncoderForSequenceClassification, MultiEncoderTokenizer
-from hf_multiencoder.adaptation import (
+from hf_multiencoder.data.corpus import build_corpus, tokenize_corpus
+from hf_multiencoder.pretraining.adaptation import (
     OBJECTIVES,
     AdaptationTrainer,
     MaskedLMCollator,
     adapt_members,
     mask_once,
 )
-from hf_multiencoder.corpus import build_corpus, tokenize_corpus
 from hf_multiencoder.testing_utils import WORDS
 
 NAMES = ["bert", "roberta", "distilbert"]

@@ -22,8 +22,8 @@ from hf_multiencoder import (
     MultiEncoderTokenizer,
     load_task,
 )
-from hf_multiencoder.data import load_conll_files, load_files, read_conll
-from hf_multiencoder.runs import last_complete_checkpoint
+from hf_multiencoder.data.loading import load_conll_files, load_files, read_conll
+from hf_multiencoder.training.runs import last_complete_checkpoint
 
 NAMES = ["bert", "roberta"]
 
@@ -167,7 +167,7 @@ def test_bad_input_gives_a_clear_error(case, pair, tiny_paths, tmp_path):
 def test_id_column_is_no_text_and_the_choice_is_logged(tmp_path, caplog):
     """`id,text,label` is one sentence (an integer column is no text), and the columns chosen are said."""
     path = write(tmp_path / "train.csv", "id,text,label\n1,a cat,x\n2,a dog,y\n")
-    with caplog.at_level(logging.WARNING, logger="hf_multiencoder.data"):
+    with caplog.at_level(logging.WARNING, logger="hf_multiencoder.data.loading"):
         dataset, spec = load_files(path, cache_dir=str(tmp_path / "cache"))
     assert spec.text_keys == ("sentence1",) and dataset["train"][0]["sentence1"] == "a cat"
     assert "Text column(s) ['text']" in caplog.text

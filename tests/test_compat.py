@@ -13,11 +13,12 @@ import re
 import subprocess
 import textwrap
 
+import compat_envs  # tests/compat_envs.py (pytest puts tests/ on sys.path)
 import pytest
 import torch
+from compat_envs import COMPAT_ENVS, REPO_ROOT
 
-from hf_multiencoder import MultiEncoderForSequenceClassification, MultiEncoderTokenizer, testing_utils
-from hf_multiencoder.testing_utils import COMPAT_ENVS, REPO_ROOT
+from hf_multiencoder import MultiEncoderForSequenceClassification, MultiEncoderTokenizer
 
 TEXTS = ["He can will go", "the cat sat on the mat , somebody just left"]
 VERSIONS = dict((package, version) for version, package in COMPAT_ENVS)  # with the package -> version
@@ -29,7 +30,7 @@ def compat_python(transformers_version: str, with_package: bool) -> str:
     """The cached environment's interpreter (`make test` builds them first); skips the test, saying why, if it
     cannot be built (no PyPI)."""
     try:
-        return testing_utils.compat_python(transformers_version, with_package)
+        return compat_envs.compat_python(transformers_version, with_package)
     except RuntimeError as err:
         pytest.skip(str(err))
 

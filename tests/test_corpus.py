@@ -1,11 +1,11 @@
-"""Unlabelled text for adaptation (hf_multiencoder.corpus): every source, the held-out split, packing, bad input."""
+"""Unlabelled text for adaptation (data.corpus): every source, the held-out split, packing, bad input."""
 
 import json
 
 import pytest
 from transformers import AutoTokenizer
 
-from hf_multiencoder.corpus import build_corpus, load_corpus, read_text_file, task_texts, tokenize_corpus
+from hf_multiencoder.data.corpus import build_corpus, load_corpus, read_text_file, task_texts, tokenize_corpus
 
 
 def test_sources_are_pooled_deduplicated_and_split(tmp_path):

@@ -1,4 +1,4 @@
-"""Tests of hf_multiencoder.data: the real benchmark files (row counts, label ids as on the Hub), the CoNLL and
+"""Tests of hf_multiencoder.data.loading: the real benchmark files (row counts, label ids as on the Hub), the CoNLL and
 custom-file loaders on small temporary files, the Hub normalisation (with a fake `load_dataset`), and the errors."""
 
 import csv
@@ -9,8 +9,8 @@ from collections import Counter
 import pytest
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence, Value
 
-from hf_multiencoder import data as data_module
-from hf_multiencoder.data import (
+from hf_multiencoder.data import loading as data_module
+from hf_multiencoder.data.loading import (
     CONLL2003_LABELS,
     TASKS,
     WNUT17_LABELS,

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from hf_multiencoder import MultiEncoderTokenizer
-from hf_multiencoder.runs import checkpoint_problem
+from hf_multiencoder.training.runs import checkpoint_problem
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import distributed_worker as worker  # noqa: E402

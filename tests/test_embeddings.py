@@ -19,7 +19,7 @@ from hf_multiencoder import (
     MultiEncoderModel,
     MultiEncoderTokenizer,
 )
-from hf_multiencoder.embedding_multiencoder import normalized_concat
+from hf_multiencoder.models.embedding_multiencoder import normalized_concat
 
 WIDTHS = [32, 40, 24]
 SENTENCES = ["He can will go", "the cat sat on the mat quickly", "a dog", "Somebody just left new york."]

@@ -7,8 +7,8 @@ from datasets import Dataset, load_from_disk
 from transformers import Trainer, TrainingArguments
 
 from hf_multiencoder import MultiEncoderDataCollator, MultiEncoderForSequenceClassification
-from hf_multiencoder.feature_cache import CachedFeaturesCollator, add_member_features, select_pooling
-from hf_multiencoder.optimization import freeze_encoders
+from hf_multiencoder.data.feature_cache import CachedFeaturesCollator, add_member_features, select_pooling
+from hf_multiencoder.training.optimization import freeze_encoders
 
 SENTENCES = ["the cat sat on the mat", "he went to paris", "a cat runs quickly", "somebody just left new york",
              "she can go", "john smith likes the dog", "it was 2024", "the dog sat on it"]
@@ -162,7 +162,7 @@ def test_errors(tiny_paths, tokenizer, dataset):
 def test_several_processes_need_a_shared_cache_file(tiny_paths, dataset, monkeypatch):
     """Under several processes one process per machine computes the features and the others read its file: an
     in-memory dataset without `cache_dir` has no file to share, which is an error saying what to give."""
-    from hf_multiencoder import feature_cache
+    from hf_multiencoder.data import feature_cache
 
     monkeypatch.setattr(feature_cache, "_distributed_state", lambda: object())  # as under torchrun, 2 processes
     with pytest.raises(ValueError, match="Under several processes .* give `cache_dir`"):

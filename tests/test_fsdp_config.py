@@ -8,7 +8,7 @@ import pytest
 from accelerate.utils import FullyShardedDataParallelPlugin
 
 from hf_multiencoder import MultiEncoderForSequenceClassification, MultiEncoderForTokenClassification
-from hf_multiencoder.distributed import check_fsdp_layer_classes
+from hf_multiencoder.training.distributed import check_fsdp_layer_classes
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -59,7 +59,7 @@ def test_same_loss_and_gradients_and_layers_recomputed(tiny_paths):
 def test_with_lora(tiny_paths):
     """LoRA freezes the embeddings: transformers makes the members' embedding outputs require grads."""
     pytest.importorskip("peft", reason="LoRA needs the optional extra: pip install 'hf_multiencoder[peft]'")
-    from hf_multiencoder.lora import get_multiencoder_lora_model
+    from hf_multiencoder.training.lora import get_multiencoder_lora_model
 
     tokenizer = MultiEncoderTokenizer.from_encoders(tiny_paths)
     torch.manual_seed(0)

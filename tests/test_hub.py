@@ -31,18 +31,18 @@ from hf_multiencoder import (
     MultiEncoderDataCollator,
     MultiEncoderForSequenceClassification,
     MultiEncoderTokenizer,
-    optimization,
 )
-from hf_multiencoder.hub import MultiEncoderTrainer, push_multiencoder_to_hub
-from hf_multiencoder.metrics import build_compute_metrics
-from hf_multiencoder.model_card import (
+from hf_multiencoder.data.tasks import TaskSpec
+from hf_multiencoder.training import optimization
+from hf_multiencoder.training.metrics import build_compute_metrics
+from hf_multiencoder.training.model_card import (
     FUSION_WEIGHTS_PLOT,
     MultiEncoderModelCardData,
     member_learning_rates,
     save_model_card,
 )
-from hf_multiencoder.optimization import create_multiencoder_optimizer, freeze_encoders
-from hf_multiencoder.tasks import TaskSpec
+from hf_multiencoder.training.optimization import create_multiencoder_optimizer, freeze_encoders
+from hf_multiencoder.training.trainer import MultiEncoderTrainer, push_multiencoder_to_hub
 
 REPO_ID = "tiny-user/cola-multiencoder"
 MEMBERS = ["tiny-random/bert", "tiny-random/roberta", "tiny-random/distilbert"]

@@ -17,8 +17,8 @@ from hf_multiencoder import (
     MultiEncoderTokenizer,
     create_multiencoder_optimizer,
 )
-from hf_multiencoder.lora import get_multiencoder_lora_model, lora_target_modules, modules_to_save
 from hf_multiencoder.testing_utils import run_without_package
+from hf_multiencoder.training.lora import get_multiencoder_lora_model, lora_target_modules, modules_to_save
 
 peft = pytest.importorskip("peft", reason="LoRA needs the optional extra: pip install 'hf_multiencoder[peft]'")
 
@@ -207,7 +207,7 @@ def test_script_lora_arguments(tiny_paths, tmp_path):
 def test_merging_adapters_of_an_fsdp_model_is_refused(tiny_paths, tmp_path):
     from types import SimpleNamespace
 
-    from hf_multiencoder.lora import merge_lora_after_training
+    from hf_multiencoder.training.lora import merge_lora_after_training
 
     model = get_multiencoder_lora_model(build(tiny_paths), r=2)
     trainer = SimpleNamespace(accelerator=SimpleNamespace(unwrap_model=lambda m: m), model=model,

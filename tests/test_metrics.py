@@ -1,4 +1,4 @@
-"""Tests of hf_multiencoder.metrics against values worked out by hand."""
+"""Tests of hf_multiencoder.training.metrics against values worked out by hand."""
 
 import math
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from transformers import EvalPrediction
 
-from hf_multiencoder import metrics as metrics_module
-from hf_multiencoder.data import TASKS, TaskSpec
-from hf_multiencoder.metrics import (
+from hf_multiencoder.data.loading import TASKS, TaskSpec
+from hf_multiencoder.training import metrics as metrics_module
+from hf_multiencoder.training.metrics import (
     build_compute_metrics,
     build_ner_compute_metrics,
     compute_task_metrics,

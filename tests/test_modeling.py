@@ -17,7 +17,7 @@ from hf_multiencoder import (
     MultiEncoderTokenizer,
     mean_fusion_weights,
 )
-from hf_multiencoder.modeling_multiencoder import fusion_weights_per_example
+from hf_multiencoder.models.modeling_multiencoder import fusion_weights_per_example
 
 FUSIONS = ["concat", "dme", "cdme", "mean"]
 POOLINGS = ["cls", "mean", "last4", "last4_mean"]

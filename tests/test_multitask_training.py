@@ -16,7 +16,8 @@ from datasets import Dataset, DatasetDict
 from transformers import TrainerCallback, TrainingArguments
 
 from hf_multiencoder import MultiEncoderForMultiTask, MultiEncoderTokenizer
-from hf_multiencoder.multitask import (
+from hf_multiencoder.data.tasks import TASKS, TaskSpec, register_task
+from hf_multiencoder.training.multitask import (
     FreezeHeadsCallback,
     MultiTaskBatchSampler,
     MultiTaskDataCollator,
@@ -29,7 +30,6 @@ from hf_multiencoder.multitask import (
     task_probabilities,
     trainable_tasks,
 )
-from hf_multiencoder.tasks import TASKS, TaskSpec, register_task
 
 NAMES = ["bert", "roberta"]
 SPECS = {"ner": TaskSpec("tiny_ner", kind="token", label_list=["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]),
@@ -332,8 +332,8 @@ import torch
 from datasets import Dataset
 from transformers import TrainingArguments
 from hf_multiencoder import MultiEncoderForMultiTask, MultiEncoderTokenizer
-from hf_multiencoder.multitask import MultiTaskTrainer, task_heads
-from hf_multiencoder.tasks import TaskSpec
+from hf_multiencoder.training.multitask import MultiTaskTrainer, task_heads
+from hf_multiencoder.data.tasks import TaskSpec
 
 paths, out = sys.argv[1:3], sys.argv[3]
 rank = int(os.environ["RANK"])

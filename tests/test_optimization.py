@@ -5,7 +5,7 @@ import torch
 from transformers import TrainingArguments
 
 from hf_multiencoder import MultiEncoderForSequenceClassification
-from hf_multiencoder.optimization import create_multiencoder_optimizer, freeze_encoders
+from hf_multiencoder.training.optimization import create_multiencoder_optimizer, freeze_encoders
 
 
 @pytest.fixture
@@ -122,7 +122,7 @@ def test_the_training_side_is_importable_from_the_top_level():
     from hf_multiencoder import MultiEncoderTrainer
     from hf_multiencoder import create_multiencoder_optimizer as top_optimizer
     from hf_multiencoder import freeze_encoders as top_freeze
-    from hf_multiencoder.hub import MultiEncoderTrainer as hub_trainer
+    from hf_multiencoder.training.trainer import MultiEncoderTrainer as hub_trainer
 
     assert top_optimizer is create_multiencoder_optimizer and top_freeze is freeze_encoders
     assert MultiEncoderTrainer is hub_trainer

@@ -1,4 +1,4 @@
-"""Replaced-token detection (hf_multiencoder.modeling_rtd, hf_multiencoder.pretraining) on tiny BERT, ELECTRA and
+"""Replaced-token detection (models.modeling_rtd, pretraining.rtd) on tiny BERT, ELECTRA and
 ALBERT configs: the published recipe (masking rates, replaced labels, Gumbel-max sampling, shared and tied
 embeddings, no gradient through sampling), learning on a small repeated corpus, the saved layout, continued
 pretraining of a member, two-segment blocks, and the bad inputs."""
@@ -25,11 +25,12 @@ from transformers import (
 )
 
 import run_pretraining
-from hf_multiencoder import MultiEncoderForSequenceClassification, MultiEncoderTokenizer, modeling_rtd
-from hf_multiencoder.adaptation import adapt_members, mask_once
-from hf_multiencoder.corpus import build_corpus, tokenize_corpus
-from hf_multiencoder.modeling_rtd import RTDConfig, RTDForPreTraining, gumbel_max_sample
-from hf_multiencoder.pretraining import (
+from hf_multiencoder import MultiEncoderForSequenceClassification, MultiEncoderTokenizer
+from hf_multiencoder.data.corpus import build_corpus, tokenize_corpus
+from hf_multiencoder.models import modeling_rtd
+from hf_multiencoder.models.modeling_rtd import RTDConfig, RTDForPreTraining, gumbel_max_sample
+from hf_multiencoder.pretraining.adaptation import adapt_members, mask_once
+from hf_multiencoder.pretraining.rtd import (
     PretrainingArguments,
     RTDTrainer,
     build_rtd_model,

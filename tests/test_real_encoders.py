@@ -18,7 +18,7 @@ from huggingface_hub import try_to_load_from_cache
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
 from hf_multiencoder import MultiEncoderForSequenceClassification, MultiEncoderTokenizer
-from hf_multiencoder.modeling_multiencoder import pool_sentence
+from hf_multiencoder.models.modeling_multiencoder import pool_sentence
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAMES = ["sentence-transformers/all-MiniLM-L6-v2", "sentence-transformers/all-mpnet-base-v2"]

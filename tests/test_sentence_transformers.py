@@ -29,12 +29,12 @@ from sentence_transformers.sentence_transformer.losses import (  # noqa: E402
     MultipleNegativesRankingLoss,
 )
 
-from hf_multiencoder.sentence_embeddings import (  # noqa: E402
+from hf_multiencoder.testing_utils import run_without_package  # noqa: E402
+from hf_multiencoder.training.sentence_embeddings import (  # noqa: E402
     save_sentence_transformer,
     sts_spearman,
     to_sentence_transformer,
 )
-from hf_multiencoder.testing_utils import run_without_package  # noqa: E402
 
 NAMES = ["bert", "roberta", "distil"]
 SENTENCES = ["He can will go", "the cat sat on the mat quickly", "a dog", "Somebody just left new york."]
@@ -204,7 +204,7 @@ def test_sts_script_zero_shot_fine_tune_and_resume(tiny_paths, shared_data, tmp_
     """scripts/sts_embeddings.py on tiny members and slices of real STS-B / SICK: the zero-shot rows (a member's row is
     the member alone), the member weights picked on the selection set, one fine-tuning run per model, the tables,
     and a resumed run that reuses finished runs."""
-    from hf_multiencoder.sentence_embeddings import sts_pairs
+    from hf_multiencoder.training.sentence_embeddings import sts_pairs
 
     script = sts_script
     out = tmp_path / "sts"

@@ -8,10 +8,10 @@ from datasets import DatasetDict
 
 import run_glue_multi
 from hf_multiencoder import MultiEncoderTokenizer, TaskSpec, get_task, load_task, register_task, tokenize_task
-from hf_multiencoder import tasks as tasks_module
-from hf_multiencoder.data import READERS, _rows_to_dataset, register_reader
-from hf_multiencoder.metrics import compute_task_metrics
-from hf_multiencoder.tasks import METRIC_FAMILIES, TASKS
+from hf_multiencoder.data import tasks as tasks_module
+from hf_multiencoder.data.loading import READERS, _rows_to_dataset, register_reader
+from hf_multiencoder.data.tasks import METRIC_FAMILIES, TASKS
+from hf_multiencoder.training.metrics import compute_task_metrics
 
 
 @pytest.fixture

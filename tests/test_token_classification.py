@@ -8,7 +8,7 @@ import torch
 from transformers import AutoModelForTokenClassification, AutoTokenizer
 
 from hf_multiencoder import MultiEncoderForTokenClassification
-from hf_multiencoder.modeling_multiencoder import pool_words, tags_to_spans, word_tags
+from hf_multiencoder.models.modeling_multiencoder import pool_words, tags_to_spans, word_tags
 from hf_multiencoder.testing_utils import run_without_package
 
 LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]

@@ -5,7 +5,7 @@ import torch
 from transformers import AutoTokenizer
 
 from hf_multiencoder import MultiEncoderDataCollator, MultiEncoderTokenizer
-from hf_multiencoder.tokenization_multiencoder import pad_rows
+from hf_multiencoder.models.tokenization_multiencoder import pad_rows
 
 
 @pytest.fixture(scope="module")

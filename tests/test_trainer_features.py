@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import run_glue_multi
-from hf_multiencoder import MultiEncoderForSequenceClassification, modeling_multiencoder
+from hf_multiencoder import MultiEncoderForSequenceClassification
+from hf_multiencoder.models import modeling_multiencoder
 
 POS = ["the cat sat on the mat", "a cat runs", "the cat likes the dog", "she can go to the cat",
        "the dog sat on the cat and the mat"]

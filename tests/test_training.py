@@ -9,7 +9,7 @@ from datasets import Dataset
 from transformers import Trainer, TrainingArguments
 
 from hf_multiencoder import MultiEncoderDataCollator, MultiEncoderForSequenceClassification
-from hf_multiencoder.optimization import create_multiencoder_optimizer, freeze_encoders
+from hf_multiencoder.training.optimization import create_multiencoder_optimizer, freeze_encoders
 
 POS = ["the cat sat on the mat", "a cat runs", "the cat likes the dog", "she can go to the cat"]
 NEG = ["somebody just left", "he went to paris", "john smith is new", "it was 2024 in york"]

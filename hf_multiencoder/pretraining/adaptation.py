@@ -3,8 +3,8 @@ in-domain text (DAPT/TAPT, Gururangan et al. 2020; the adaptive step of adaptive
 
 Each member is adapted on its own, with its own tokenizer and masked-LM head, by the stock `Trainer`::
 
-    from hf_multiencoder.adaptation import adapt_members
-    from hf_multiencoder.corpus import load_corpus
+    from hf_multiencoder.pretraining.adaptation import adapt_members
+    from hf_multiencoder.data.corpus import load_corpus
 
     corpus = load_corpus("questions.txt")
     result = adapt_members(["sentence-transformers/all-MiniLM-L6-v2", "sentence-transformers/all-mpnet-base-v2"],
@@ -25,7 +25,7 @@ tokenizer; the head only on request, in `mlm/`), loadable by `AutoModel.from_pre
 multi-encoder (or a live one) is adapted in place: its members' weights are replaced, fusion and head are kept.
 
 The objective is pluggable (`OBJECTIVES`, `register_objective`): masked LM (`"mlm"`) and replaced-token detection
-(`"rtd"`, ELECTRA; `pretraining.py`) are built in.
+(`"rtd"`, ELECTRA; `rtd.py`) are built in; each registers itself into `objectives.py`.
 Training side: not shipped with the weights.
 """
 
@@ -59,10 +59,11 @@ from transformers import (
 from transformers.data.data_collator import pad_without_fast_tokenizer_warning
 from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
-from .corpus import tokenize_corpus
-from .optimization import multiencoder_base
-from .runs import AtomicCheckpointMixin, last_complete_checkpoint, save_into
-from .tokenization_multiencoder import pad_rows
+from ..data.corpus import tokenize_corpus
+from ..models.tokenization_multiencoder import pad_rows
+from ..training.optimization import multiencoder_base
+from ..training.runs import AtomicCheckpointMixin, last_complete_checkpoint, save_into
+from .objectives import OBJECTIVES, AdaptationObjective, register_objective
 
 logger = logging.getLogger(__name__)
 
@@ -231,45 +232,6 @@ class AdaptationTrainer(AtomicCheckpointMixin, Trainer):
 
 
 # ---- objectives -----------------------------------------------------------------------------------------------------
-class AdaptationObjective:
-    """A pretraining objective for one member: how to put a head on it, collate its batches and take the adapted
-    encoder back out. Subclass it and `register_objective` it to adapt members with another objective."""
-
-    name: str = ""
-    # the loss needs the head's output at the labelled positions only (`AdaptationTrainer`)
-    sparse_head: bool = False
-    # the Trainer that runs this objective (a `Trainer` subclass may log the objective's own metrics)
-    trainer_class: type | None = None  # None: `AdaptationTrainer`
-    # the held-out loss is a masked-LM cross-entropy, whose exponential is a perplexity
-    reports_perplexity: bool = False
-
-    def check_member(self, config, name: str) -> None:
-        """Raise a `ValueError` naming the member if its architecture cannot take this objective."""
-
-    def from_checkpoint(self, checkpoint: str, **kwargs) -> tuple[PreTrainedModel, list[str]]:
-        """The member with the objective's head, from its checkpoint; and the names of the head's new weights."""
-        raise NotImplementedError
-
-    def from_member(self, member: PreTrainedModel) -> tuple[PreTrainedModel, list[str]]:
-        """The same from a live member (inside a multi-encoder)."""
-        raise NotImplementedError
-
-    def data_collator(self, tokenizer, args: AdaptationArguments, seed: int | None = None):
-        raise NotImplementedError
-
-    def needs_offsets(self, args: AdaptationArguments) -> bool:
-        return False
-
-    def encoder(self, model: PreTrainedModel) -> nn.Module:
-        """The member inside the model with its head."""
-        return model.base_model
-
-    def head_parameters(self, model: PreTrainedModel) -> list[str]:
-        """Names of the head's parameters (everything outside the member)."""
-        inside = {id(p) for p in self.encoder(model).parameters()}
-        return [n for n, p in model.named_parameters() if id(p) not in inside]
-
-
 class MaskedLMObjective(AdaptationObjective):
     """Masked language modelling with the member's own `AutoModelForMaskedLM` class."""
 
@@ -307,15 +269,7 @@ class MaskedLMObjective(AdaptationObjective):
         return args.whole_word_mask
 
 
-OBJECTIVES: dict[str, AdaptationObjective] = {"mlm": MaskedLMObjective()}
-
-
-def register_objective(objective: AdaptationObjective, overwrite: bool = False) -> AdaptationObjective:
-    """Make `objective` available as `adapt_members(..., objective=objective.name)` and `--objective`."""
-    if objective.name in OBJECTIVES and not overwrite:
-        raise ValueError(f"Objective {objective.name!r} is already registered; pass overwrite=True to replace it.")
-    OBJECTIVES[objective.name] = objective
-    return objective
+register_objective(MaskedLMObjective())
 
 
 # ---- checks ---------------------------------------------------------------------------------------------------------
@@ -674,8 +628,8 @@ def _finish(report: dict, output_dir: str | None) -> dict:
 
 def _adapt_multiencoder(model, corpus, training_args, adaptation_args, output_dir, tokenizer, live) -> dict:
     """Adapt the members of a multi-encoder in place (fusion and head untouched) and save the whole model."""
-    from .modeling_multiencoder import MultiEncoderPreTrainedModel
-    from .tokenization_multiencoder import MultiEncoderTokenizer
+    from ..models.modeling_multiencoder import MultiEncoderPreTrainedModel
+    from ..models.tokenization_multiencoder import MultiEncoderTokenizer
 
     source = getattr(model, "name_or_path", "") if live else str(model)
     if not live:
@@ -748,6 +702,3 @@ __all__ = [
     "max_positions",
     "register_objective",
 ]
-
-# the replaced-token-detection objective ("rtd") registers itself from the pretraining module, which builds on this one
-from . import pretraining as _pretraining  # noqa: E402, F401

@@ -8,7 +8,7 @@ task's loss weight, and `evaluate` scores every task (`eval_<task>_<metric>`) an
 (`eval_multitask_score`, the weighted mean of the tasks' main metrics: the metric the best checkpoint is chosen by)::
 
     from hf_multiencoder import MultiEncoderForMultiTask, MultiEncoderTokenizer
-    from hf_multiencoder.multitask import MultiTaskTrainer, load_multitask_data, task_heads
+    from hf_multiencoder.training.multitask import MultiTaskTrainer, load_multitask_data, task_heads
 
     data, specs = load_multitask_data({"ner": "conll2003", "trec": "trec"}, tokenizer, max_train_samples={"trec": 500})
     model = MultiEncoderForMultiTask.from_encoders(names, fusion="dme", tasks=task_heads(specs))
@@ -37,11 +37,11 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from transformers import TrainerCallback
 from transformers.trainer_utils import seed_worker, speed_metrics
 
-from .data_collator import MultiEncoderDataCollator
-from .hub import MultiEncoderTrainer
+from ..data.data_collator import MultiEncoderDataCollator
+from ..data.tasks import TaskSpec, get_task
 from .metrics import MULTITASK_SCORE, build_compute_metrics
 from .model_card import MultiTaskModelCardData
-from .tasks import TaskSpec, get_task
+from .trainer import MultiEncoderTrainer
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ def load_multitask_data(
         training examples raises a `ValueError` naming it; one without a validation split is left out of
         `"validation"` (and logged).
     """
-    from .data import load_task, tokenize_task  # `datasets` only when data is loaded
+    from ..data.loading import load_task, tokenize_task  # `datasets` only when data is loaded
 
     if not tasks:
         raise ValueError("No tasks given: pass {name: task_name, ...}.")

@@ -25,14 +25,14 @@ import datasets
 import torch
 from transformers import AutoModel, PrinterCallback, TrainingArguments, set_seed
 
-from .configuration_multiencoder import MultiEncoderConfig
-from .data import load_task, tokenize_task
-from .feature_cache import FEATURES_COLUMN, CachedFeaturesCollator, add_member_features, select_pooling
-from .hub import MultiEncoderTrainer
+from ..data.feature_cache import FEATURES_COLUMN, CachedFeaturesCollator, add_member_features, select_pooling
+from ..data.loading import load_task, tokenize_task
+from ..data.tasks import TaskSpec, get_task
+from ..models.configuration_multiencoder import MultiEncoderConfig
+from ..models.modeling_multiencoder import MultiEncoderForSequenceClassification
+from ..models.tokenization_multiencoder import MultiEncoderTokenizer
 from .metrics import build_compute_metrics, fusion_weights_from_metrics
-from .modeling_multiencoder import MultiEncoderForSequenceClassification
-from .tasks import TaskSpec, get_task
-from .tokenization_multiencoder import MultiEncoderTokenizer
+from .trainer import MultiEncoderTrainer
 
 MEMBER_COLUMNS = ("input_ids", "attention_mask", "token_type_ids", "encoder_features")
 

@@ -97,7 +97,7 @@ def _format_lr(value: float) -> str:
 
 
 def _versions() -> dict[str, str]:
-    from . import __version__
+    from .. import __version__
 
     versions = {"Python": platform.python_version(), "hf_multiencoder": __version__,
                 "Transformers": transformers.__version__, "PyTorch": torch.__version__}

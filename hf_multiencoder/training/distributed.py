@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from torch import nn
 
-from .modeling_multiencoder import member_layer_classes
+from ..models.modeling_multiencoder import member_layer_classes
 from .optimization import multiencoder_base
 
 

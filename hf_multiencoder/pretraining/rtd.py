@@ -1,8 +1,8 @@
 """Pretrain a member (or continue pretraining one) by replaced-token detection (ELECTRA, Clark et al. 2020; ALECTRA
 with ALBERT), or by masked LM as the baseline in the same setup, with the stock `Trainer`::
 
-    from hf_multiencoder.corpus import load_corpus
-    from hf_multiencoder.pretraining import PretrainingArguments, pretrain
+    from hf_multiencoder.data.corpus import load_corpus
+    from hf_multiencoder.pretraining.rtd import PretrainingArguments, pretrain
 
     corpus = load_corpus("corpus.txt")
     args = PretrainingArguments(objective="rtd", discriminator="electra-small",
@@ -56,20 +56,9 @@ from transformers.models.auto.modeling_auto import (
     MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES,
 )
 
-from .adaptation import (
-    AdaptationArguments,
-    AdaptationObjective,
-    AdaptationTrainer,
-    MaskedLMCollator,
-    MaskedLMObjective,
-    check_masking,
-    check_max_seq_length,
-    mask_once,
-    register_objective,
-)
-from .corpus import tokenize_corpus
-from .modeling_rtd import REPLACED_LABEL, RTDForPreTraining, word_embeddings_size
-from .runs import (
+from ..data.corpus import tokenize_corpus
+from ..models.modeling_rtd import REPLACED_LABEL, RTDForPreTraining, word_embeddings_size
+from ..training.runs import (
     AtomicCheckpointMixin,
     check_resume_args,
     prepare_output_dir,
@@ -77,6 +66,16 @@ from .runs import (
     save_into,
     write_run_args,
 )
+from .adaptation import (
+    AdaptationArguments,
+    AdaptationTrainer,
+    MaskedLMCollator,
+    MaskedLMObjective,
+    check_masking,
+    check_max_seq_length,
+    mask_once,
+)
+from .objectives import AdaptationObjective, register_objective
 
 logger = logging.getLogger(__name__)
 

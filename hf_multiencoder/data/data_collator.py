@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .tokenization_multiencoder import MultiEncoderTokenizer
+from ..models.tokenization_multiencoder import MultiEncoderTokenizer
 
 
 @dataclass

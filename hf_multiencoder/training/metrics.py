@@ -23,8 +23,8 @@ from huggingface_hub import is_offline_mode
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import f1_score, matthews_corrcoef
 
-from .modeling_multiencoder import mean_fusion_weights, word_tags
-from .tasks import TaskSpec, get_task
+from ..data.tasks import TaskSpec, get_task
+from ..models.modeling_multiencoder import mean_fusion_weights, word_tags
 
 logger = logging.getLogger(__name__)
 

@@ -18,10 +18,10 @@ import os
 
 import torch
 
+from ..data.tasks import TaskSpec, get_task
 from .metrics import compute_task_metrics
-from .tasks import TaskSpec, get_task
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models")  # the shipped code
 MODULE_FILE = "sentence_transformers_multiencoder"
 MODULE_CLASS = "MultiEncoderTransformer"
 
@@ -75,7 +75,7 @@ def save_sentence_transformer(model, save_directory, tokenizer, max_seq_length: 
 def sts_pairs(task: str | TaskSpec, split: str, data_dir: str | None = None) -> tuple[list, list, list]:
     """The ``(sentences1, sentences2, scores)`` of a sentence-pair regression task's split (``stsb`` validation,
     ``sick_relatedness`` test, ...)."""
-    from .data import load_task
+    from ..data.loading import load_task
 
     spec = get_task(task)
     if not (spec.is_regression and spec.is_pair):

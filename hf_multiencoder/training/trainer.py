@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 
 
 def _hf_api() -> HfApi:
-    from . import __version__
+    from .. import __version__
 
     return HfApi(library_name="hf_multiencoder", library_version=__version__)
 

@@ -33,11 +33,11 @@ import datasets
 import torch
 import xxhash
 
-from .configuration_multiencoder import POOLING_METHODS
+from ..models.configuration_multiencoder import POOLING_METHODS
+from ..models.modeling_multiencoder import pool_sentence
+from ..models.tokenization_multiencoder import MemberTensors, pad_rows
+from ..training.optimization import multiencoder_base
 from .data_collator import MultiEncoderDataCollator
-from .modeling_multiencoder import pool_sentence
-from .optimization import multiencoder_base
-from .tokenization_multiencoder import MemberTensors, pad_rows
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ it out, tokenize it for one member.
 A corpus is a `datasets.DatasetDict` with a `train` and a `validation` split and one column, `text`. It is built from
 any mix of sources::
 
-    from hf_multiencoder.corpus import load_corpus, tokenize_corpus
+    from hf_multiencoder.data.corpus import load_corpus, tokenize_corpus
 
     corpus = load_corpus(["questions.txt", "forum.csv"], text_column="body")   # .txt: a text per line
     corpus = load_corpus(task="rte")            # a registered task's training texts (both sides of a pair)
@@ -32,7 +32,7 @@ from itertools import chain
 import datasets
 from datasets import Dataset, DatasetDict
 
-from .data import _FILE_FORMATS, load_task
+from .loading import _FILE_FORMATS, load_task
 from .tasks import TaskSpec
 
 logger = logging.getLogger(__name__)

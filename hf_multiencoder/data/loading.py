@@ -44,7 +44,7 @@ from .tasks import (  # noqa: F401 - the label lists are re-exported for conveni
 
 logger = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DATA_DIR = os.path.normpath(REPO_ROOT / ".." / "shared" / "data")
 
 
