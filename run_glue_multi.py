@@ -14,7 +14,6 @@ its newest complete checkpoint.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import os
@@ -25,7 +24,6 @@ from dataclasses import dataclass, field
 import datasets
 import numpy as np
 import torch
-import yaml
 from transformers import EarlyStoppingCallback, HfArgumentParser, TrainingArguments, set_seed
 
 from hf_multiencoder import (
@@ -43,99 +41,29 @@ from hf_multiencoder.data.loading import keep_length_column, load_task, tokenize
 from hf_multiencoder.data.tasks import TASKS, TaskSpec
 from hf_multiencoder.models.modeling_multiencoder import word_tags
 from hf_multiencoder.pretraining.adaptation import adapt_members, default_training_arguments
+from hf_multiencoder.training.arguments import (
+    ModelArguments,
+    build_tokenizer,
+    config_file_argv,
+    default_to_train_and_eval,
+    from_encoders_kwargs,
+    metric_for_best_model_given,
+)
 from hf_multiencoder.training.lora import get_multiencoder_lora_model, merge_lora_after_training
 from hf_multiencoder.training.metrics import build_compute_metrics, fusion_weights_from_metrics
 from hf_multiencoder.training.model_card import MultiEncoderModelCardData, save_seeds_card
 from hf_multiencoder.training.results import format_summary, mean_by_key, summarize
 from hf_multiencoder.training.runs import (
-    check_resume_args,
-    prepare_output_dir,
-    resolve_resume,
-    save_final_model,
+    prepare_runs,
     setup_run,
-    write_run_args,
+    start_seed_run,
+    train_and_save,
 )
 
 logger = logging.getLogger(__name__)
 
 # How many examples of the task's own validation data the fusion report and the model card show.
 NUM_EXAMPLES = 3
-
-
-@dataclass
-class ModelArguments:
-    encoders: list[str] | None = field(
-        default=None, metadata={"help": "Member checkpoints: Hub names or folders that AutoModel accepts."}
-    )
-    model_name_or_path: str | None = field(
-        default=None, metadata={"help": "A saved multi-encoder to start from instead of `encoders`."}
-    )
-    encoder_names: list[str] | None = field(default=None, metadata={"help": "Display names of the members."})
-    fusion: str = field(default="dme", metadata={"help": "concat, dme, cdme or mean."})
-    fusion_dim: int | None = field(default=None, metadata={"help": "Common projection size (default: widest)."})
-    fusion_gating: str = field(default="softmax", metadata={"help": "softmax or sigmoid."})
-    fusion_layer_norm: bool = field(default=False, metadata={"help": "LayerNorm after fusion."})
-    pooling: list[str] = field(
-        default_factory=lambda: ["mean"], metadata={"help": "cls, mean, last4 or last4_mean; one or one per member."}
-    )
-    word_pooling: str = field(default="first", metadata={"help": "Token tasks: first or mean subword per word."})
-    encoder_dropout: list[float] | None = field(
-        default=None, metadata={"help": "Hidden dropout per member (one value or one per member)."}
-    )
-    fusion_dropout: float = field(default=0.1, metadata={"help": "Dropout on the fused vector."})
-    classifier_dropout: float | None = field(default=None, metadata={"help": "Extra dropout before the head."})
-    encoder_learning_rates: list[float] | None = field(
-        default=None, metadata={"help": "One learning rate per member (default: --learning_rate)."}
-    )
-    head_learning_rate: float | None = field(
-        default=None, metadata={"help": "Learning rate of fusion + classifier (the 'decoder'); default learning_rate."}
-    )
-    layerwise_lr_decay: float | None = field(default=None, metadata={"help": "Layer-wise LR decay inside members."})
-    freeze_encoders: list[str] | None = field(
-        default=None, metadata={"help": "Members to freeze, by index or name (head-only baseline)."}
-    )
-    cache_dir: str | None = field(default=None, metadata={"help": "Where to store downloaded checkpoints."})
-    lora_r: int | None = field(
-        default=None, metadata={"help": "Train LoRA adapters of this rank in the members' attention (needs peft) "
-                                        "instead of the members' weights; fusion and head train fully. The output "
-                                        "folder holds the merged model, the adapters are in its adapter/."}
-    )
-    lora_alpha: float | None = field(default=None, metadata={"help": "LoRA scale alpha (default 2 * lora_r)."})
-    lora_dropout: float = field(default=0.0, metadata={"help": "Dropout on the LoRA path."})
-    lora_members: list[str] | None = field(
-        default=None, metadata={"help": "Members that get LoRA, by index or name (default: all not frozen); the "
-                                        "others stay frozen."}
-    )
-    lora_target_modules: list[str] | None = field(
-        default=None, metadata={"help": "Regex over module names inside a member (re.fullmatch), one for all or one "
-                                        "per LoRA member (default: each member's attention query and value)."}
-    )
-    adaptive_mlm_epochs: float = field(
-        default=0.0, metadata={"help": "Task-adaptive pretraining first: epochs of masked-LM adaptation of the "
-                                       "members on the task's training texts (0: none). See run_mlm_multi.py."}
-    )
-    adaptive_mlm_learning_rate: float = field(default=1e-5, metadata={"help": "Members' rate in that adaptation."})
-    adaptive_mlm_members: list[str] | None = field(
-        default=None, metadata={"help": "Members to adapt, by index or name (default: all)."}
-    )
-    frozen_feature_cache: str | None = field(
-        default=None, metadata={"help": "A folder: run the frozen members (--freeze_encoders) once and train the head "
-                                        "on their stored vectors (members in eval mode; reused across seeds)."}
-    )
-
-    def __post_init__(self):
-        if not self.encoders and not self.model_name_or_path:
-            raise ValueError("Give `encoders` (a list of member checkpoints) or `model_name_or_path`.")
-        if self.lora_r is None:
-            given = [name for name in ("lora_alpha", "lora_members", "lora_target_modules") if getattr(self, name)]
-            if given:
-                raise ValueError(f"--{given[0]} is a LoRA option: give --lora_r too.")
-        elif self.lora_r < 1:
-            raise ValueError(f"--lora_r must be a positive rank, got {self.lora_r}.")
-        if len(self.pooling) == 1:
-            self.pooling = self.pooling[0]
-        if self.encoder_dropout is not None and len(self.encoder_dropout) == 1:
-            self.encoder_dropout = self.encoder_dropout[0]
 
 
 @dataclass
@@ -186,55 +114,6 @@ class DataTrainingArguments:
             self.task_name = TASKS[self.task_name].name
         if self.task_type not in (None, "sequence", "token"):
             raise ValueError(f"`task_type` must be 'sequence' or 'token', got {self.task_type!r}.")
-
-
-# ---- config file + overrides --------------------------------------------------------------------------------------
-def config_to_argv(config: dict) -> list[str]:
-    """Turn a config mapping into command-line arguments (argparse keeps the last occurrence, so CLI wins)."""
-    argv = []
-    for key, value in config.items():
-        if value is None:
-            continue
-        if isinstance(value, (list, tuple)):
-            argv += [f"--{key}", *[str(v) for v in value]]
-        elif isinstance(value, dict):
-            argv += [f"--{key}", json.dumps(value)]
-        else:
-            argv += [f"--{key}", str(value)]
-    return argv
-
-
-def config_file_argv(parser: HfArgumentParser, argv: list[str]) -> list[str]:
-    """A leading YAML/JSON config file becomes arguments (the command line after it wins); unknown keys are an error.
-    run_mlm_multi.py and run_multitask.py read their config files the same way."""
-    if argv and argv[0].endswith((".yaml", ".yml", ".json")):
-        path = argv.pop(0)
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"Config file {path} does not exist.")
-        with open(path, encoding="utf-8") as f:
-            config = json.load(f) if path.endswith(".json") else yaml.safe_load(f)
-        if not isinstance(config, dict):
-            raise ValueError(f"Config file {path} must hold a mapping of argument names to values.")
-        known = {a.dest for a in parser._actions}
-        unknown = sorted(set(config) - known)
-        if unknown:
-            raise ValueError(f"Unknown argument(s) in {path}: {', '.join(unknown)}.")
-        argv = config_to_argv(config) + argv
-    return argv
-
-
-def metric_for_best_model_given(argv: list[str]) -> bool:
-    return any(a == "--metric_for_best_model" or a.startswith("--metric_for_best_model=") for a in argv)
-
-
-def default_to_train_and_eval(training_args, argv: list[str]) -> None:
-    """No --do_train, --do_eval or --do_predict on the command line: train and evaluate."""
-    given = {a.split("=", 1)[0] for a in argv}
-    if not given & {"--do_train", "--do_eval", "--do_predict"}:
-        # no action asked for (TrainingArguments turns do_eval on by itself when an eval_strategy is set): a task
-        # given means train and evaluate, not an evaluation of untrained heads
-        training_args.do_train = training_args.do_eval = True
-        logger.warning("Neither --do_train, --do_eval nor --do_predict given: training and evaluating.")
 
 
 def parse_args(argv: list[str] | None = None):
@@ -312,26 +191,6 @@ def build_model(model_args: ModelArguments, spec: TaskSpec, tokenizer: MultiEnco
     return model_cls.from_encoders(model_args.encoders, **from_encoders_kwargs(model_args, tokenizer), **label_kwargs)
 
 
-def from_encoders_kwargs(model_args: ModelArguments, tokenizer: MultiEncoderTokenizer) -> dict:
-    """The `from_encoders` arguments the model arguments set: member names and the fusion, pooling and dropout
-    options, and the fingerprints of the run's tokenizer (built from the same members: `from_encoders` need not load
-    each member's tokenizer a second time to record them)."""
-    return {
-        "tokenizer_fingerprints": tokenizer.member_fingerprints(),
-        "encoder_names": model_args.encoder_names,
-        "encoder_kwargs": {"cache_dir": model_args.cache_dir} if model_args.cache_dir else None,
-        "fusion": model_args.fusion,
-        "fusion_dim": model_args.fusion_dim,
-        "fusion_gating": model_args.fusion_gating,
-        "fusion_layer_norm": model_args.fusion_layer_norm,
-        "fusion_dropout": model_args.fusion_dropout,
-        "pooling": model_args.pooling,
-        "word_pooling": model_args.word_pooling,
-        "encoder_dropout": model_args.encoder_dropout,
-        "classifier_dropout": model_args.classifier_dropout,
-    }
-
-
 def add_lora(model, model_args: ModelArguments, training_args, frozen: list[int]):
     """LoRA in the members' attention (peft), fusion and head trained fully; members not named stay frozen."""
     if training_args.fsdp:
@@ -350,13 +209,6 @@ def add_lora(model, model_args: ModelArguments, training_args, frozen: list[int]
     logger.info(f"LoRA on members {[config.encoder_names[i] for i in members]}: {trainable:,} of {total:,} "
                 f"parameters train ({100 * trainable / total:.2f}%)")
     return model
-
-
-def build_tokenizer(model_args: ModelArguments):
-    if model_args.model_name_or_path:
-        return MultiEncoderTokenizer.from_pretrained(model_args.model_name_or_path, cache_dir=model_args.cache_dir)
-    return MultiEncoderTokenizer.from_encoders(model_args.encoders, encoder_names=model_args.encoder_names,
-                                               **({"cache_dir": model_args.cache_dir} if model_args.cache_dir else {}))
 
 
 # ---- fusion weights ----------------------------------------------------------------------------------------------
@@ -449,27 +301,6 @@ def build_trainer(model_args, data_args, training_args, spec, tokenizer, tokeniz
         callbacks=callbacks,
         model_card_data=card_data_for(spec, data_args),
     )
-
-
-def train_and_save(trainer, training_args, before_save=None) -> dict:
-    """Train (from scratch, or resuming as `--resume_from_checkpoint` says), run `before_save(trainer)` if given (e.g.
-    merging LoRA adapters, so that what is saved is what a user deploys), refuse non-finite weights, then save the
-    model, the train metrics and the trainer state, as run_glue.py does. Returns the train metrics."""
-    checkpoint = resolve_resume(training_args.output_dir, training_args.resume_from_checkpoint)
-    if checkpoint is not None:
-        logger.warning(f"Resuming from {checkpoint}")
-    train_result = trainer.train(resume_from_checkpoint=checkpoint)
-    if before_save is not None:
-        before_save(trainer)
-    bad = [n for n, p in trainer.model.named_parameters() if not torch.isfinite(p).all()]
-    if bad:
-        raise FloatingPointError(f"Training left non-finite weights ({bad[:3]}...); nothing was saved as the result.")
-    save_final_model(trainer)  # whole or not at all; pushed once, at the end of the script
-    metrics = dict(train_result.metrics, train_samples=len(trainer.train_dataset))
-    trainer.log_metrics("train", metrics)
-    trainer.save_metrics("train", metrics)
-    trainer.save_state()
-    return metrics
 
 
 def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokenized):
@@ -592,13 +423,6 @@ def write_results_table(results: list[dict], spec: TaskSpec, model_args, output_
     return table
 
 
-def run_arguments(model_args, data_args, training_args) -> dict:
-    """What a run is, recorded in run_args.json (resuming must match the model and data parts)."""
-    return {**{f"model.{k}": v for k, v in dataclasses.asdict(model_args).items()},
-            **{f"data.{k}": v for k, v in dataclasses.asdict(data_args).items() if k not in ("seeds",)},
-            "training.seed": training_args.seed, "training.learning_rate": training_args.learning_rate}
-
-
 def print_summary(table: dict, results: list[dict], spec: TaskSpec) -> None:
     """The result table, at the default log level."""
     lines = [f"\n{spec.display_name or spec.name}: {spec.main_metric} x100"]
@@ -613,49 +437,6 @@ def print_summary(table: dict, results: list[dict], spec: TaskSpec) -> None:
         lines.append("  mean fusion weight: " + ", ".join(f"{name} {w:.2f}"
                                                           for name, w in table["mean_fusion_weights"].items()))
     print("\n".join(lines), flush=True)
-
-
-def seed_output_dir(base_output: str, seed: int, seeds: list[int]) -> str:
-    return os.path.join(base_output, f"seed_{seed}") if len(seeds) > 1 else base_output
-
-
-def prepare_runs(model_args, data_args, training_args) -> tuple[list[int], str, dict, bool]:
-    """What a run script does before any work: its seeds, the run's arguments (run_args.json) and its checked output
-    folder: an empty (or new) one, or, when resuming, one whose runs had the same model and data arguments. Returns
-    (seeds, the base output folder, the run's arguments, whether the run resumes)."""
-    seeds = data_args.seeds or [training_args.seed]
-    base_output = training_args.output_dir
-    run_args = run_arguments(model_args, data_args, training_args)
-    return seeds, base_output, run_args, prepare_run_folders(base_output, seeds, run_args, training_args,
-                                                             data_args.overwrite_output_dir)
-
-
-def prepare_run_folders(base_output: str, seeds: list[int], run_args: dict, training_args, overwrite: bool) -> bool:
-    """Check the run folders before any work: an empty (or new) output folder, or, when resuming, the same model and
-    data arguments as the run being resumed. Returns whether the run resumes."""
-    resuming = training_args.do_train and training_args.resume_from_checkpoint not in (None, "", "false", "False")
-    if resuming:
-        for seed in seeds:
-            check_resume_args(seed_output_dir(base_output, seed, seeds), {**run_args, "training.seed": seed},
-                              [k for k in run_args if k.startswith(("model.", "data."))] + ["training.seed"])
-    # one process prepares the folder (under torchrun every process runs this script), the others wait for it
-    with training_args.main_process_first(local=False, desc="preparing the output folder"):
-        if training_args.process_index == 0:
-            prepare_output_dir(base_output, overwrite=overwrite, resuming=resuming)
-    return resuming
-
-
-def start_seed_run(training_args, base_output: str, seed: int, seeds: list[int], run_args: dict, resuming: bool,
-                   overwrite: bool) -> None:
-    """Point `training_args` at one seed's folder (prepared by the main process, with its run_args.json, unless
-    resuming)."""
-    training_args.seed = seed
-    training_args.output_dir = seed_output_dir(base_output, seed, seeds)
-    with training_args.main_process_first(local=False, desc="preparing the run folder"):
-        if not resuming and training_args.process_index == 0:
-            prepare_output_dir(training_args.output_dir, overwrite=overwrite)
-            write_run_args(training_args.output_dir, {**run_args, "training.seed": seed})
-    logger.info(f"=== seed {seed}: output in {training_args.output_dir}")
 
 
 def main(argv: list[str] | None = None) -> dict:

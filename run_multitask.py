@@ -24,6 +24,14 @@ from transformers import EarlyStoppingCallback, HfArgumentParser, TrainingArgume
 
 from hf_multiencoder import MultiEncoderForMultiTask, create_multiencoder_optimizer, freeze_encoders
 from hf_multiencoder.data.tasks import TASKS
+from hf_multiencoder.training.arguments import (
+    ModelArguments,
+    build_tokenizer,
+    config_file_argv,
+    default_to_train_and_eval,
+    from_encoders_kwargs,
+    metric_for_best_model_given,
+)
 from hf_multiencoder.training.multitask import (
     MULTITASK_SCORE,
     SAMPLING_SCHEDULES,
@@ -35,18 +43,7 @@ from hf_multiencoder.training.multitask import (
     task_heads,
 )
 from hf_multiencoder.training.results import format_summary, mean_by_key, summarize
-from hf_multiencoder.training.runs import setup_run
-from run_glue_multi import (
-    ModelArguments,
-    build_tokenizer,
-    config_file_argv,
-    default_to_train_and_eval,
-    from_encoders_kwargs,
-    metric_for_best_model_given,
-    prepare_runs,
-    start_seed_run,
-    train_and_save,
-)
+from hf_multiencoder.training.runs import prepare_runs, setup_run, start_seed_run, train_and_save
 
 logger = logging.getLogger(__name__)
 

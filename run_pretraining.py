@@ -28,8 +28,8 @@ from transformers import HfArgumentParser, TrainingArguments
 
 from hf_multiencoder.data.corpus import CorpusArguments
 from hf_multiencoder.pretraining.rtd import PRETRAINING_DEFAULTS, PretrainingArguments, pretrain
+from hf_multiencoder.training.arguments import config_file_argv
 from hf_multiencoder.training.runs import setup_run
-from run_glue_multi import config_file_argv
 
 logger = logging.getLogger(__name__)
 

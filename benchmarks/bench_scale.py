@@ -20,14 +20,10 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import sys
 import time
 from dataclasses import dataclass, field
 
-from transformers import HfArgumentParser, set_seed
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_train import (  # noqa: E402  (the shared benchmark settings)
+from bench_train import (  # the shared benchmark settings (benchmarks/ is on sys.path: the script's folder)
     REPO_ROOT,
     BenchmarkArguments,
     Entry,
@@ -39,16 +35,17 @@ from bench_train import (  # noqa: E402  (the shared benchmark settings)
     start_run,
     train_window,
 )
-from timing import cleanup, round_summary  # noqa: E402
+from timing import cleanup, round_summary
+from transformers import HfArgumentParser, set_seed
 
-from hf_multiencoder import (  # noqa: E402
+from hf_multiencoder import (
     MultiEncoderDataCollator,
     MultiEncoderForSequenceClassification,
     MultiEncoderTokenizer,
     get_task,
     tokenize_task,
 )
-from hf_multiencoder.training.lora import get_multiencoder_lora_model  # noqa: E402
+from hf_multiencoder.training.lora import get_multiencoder_lora_model
 
 VARIANTS = ("full", "lora", "full+gc", "lora+gc")
 

@@ -26,22 +26,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-
-import run_glue_multi  # noqa: E402
-from hf_multiencoder.data.corpus import build_corpus, task_texts  # noqa: E402
-from hf_multiencoder.data.loading import load_task  # noqa: E402
-from hf_multiencoder.pretraining.adaptation import (  # noqa: E402
+from hf_multiencoder.data.corpus import build_corpus, task_texts
+from hf_multiencoder.data.loading import load_task
+from hf_multiencoder.pretraining.adaptation import (
     RESULTS_FILE,
     adapt_members,
     default_training_arguments,
     format_table,
 )
-from hf_multiencoder.training.results import format_summary  # noqa: E402
+from hf_multiencoder.training.results import format_summary
+from hf_multiencoder.training.runs import run_script
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUN_GLUE_MULTI = os.path.join(REPO, "run_glue_multi.py")
 
 ROWS = {  # name -> (adapted members?, members frozen?)
     "head_only": (False, True),
@@ -61,7 +60,10 @@ def adapt(args) -> tuple[list[str], dict | None]:
         return args.adapted_encoders, reported_adaptation(args.adapted_encoders)
     raw, spec = load_task(args.task_name, data_dir=args.data_dir, train_file=args.train_file,
                           validation_file=args.validation_file)
-    texts = task_texts(spec, dataset=run_glue_multi.select(raw["train"], args.max_train_samples))
+    train = raw["train"]
+    if args.max_train_samples is not None:  # the rows' --max_train_samples: the first examples
+        train = train.select(range(min(args.max_train_samples, len(train))))
+    texts = task_texts(spec, dataset=train)
     corpus = build_corpus(texts, seed=args.seeds[0], source=f"the {spec.name} training texts")
     training_args = default_training_arguments(
         os.path.join(args.output_dir, "adapted"), num_train_epochs=args.adaptation_epochs,
@@ -202,7 +204,7 @@ def main(argv: list[str] | None = None) -> dict:
         timing = os.path.join(args.output_dir, row, "wall_seconds.json")
         if not os.path.isfile(path):
             row_start = time.time()
-            run_glue_multi.main(row_arguments(args, row, adapted if ROWS[row][0] else args.encoders))
+            run_script(RUN_GLUE_MULTI, row_arguments(args, row, adapted if ROWS[row][0] else args.encoders))
             with open(timing, "w", encoding="utf-8") as f:
                 json.dump({"seconds": round(time.time() - row_start, 1)}, f)
         with open(path, encoding="utf-8") as f:

@@ -18,16 +18,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 
 import torch
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+from hf_multiencoder.training.results import mean_by_key
+from hf_multiencoder.training.runs import run_script
 
-import run_multitask  # noqa: E402
-from hf_multiencoder.training.results import mean_by_key  # noqa: E402
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUN_MULTITASK = os.path.join(REPO, "run_multitask.py")
 
 CONFIG = os.path.join(REPO, "configs", "multitask", "imbalance.yaml")
 SMALL, ABUNDANT = "trec", "ner"
@@ -62,8 +61,10 @@ def run_row(name: str, extra: list[str], steps: int, args) -> dict:
             return table
     start = time.time()
     # a row folder without matching results is an interrupted or other run: start it afresh
-    table = run_multitask.main([CONFIG, "--output_dir", out, "--seeds", *map(str, args.seeds),
-                                "--max_steps", str(steps), "--overwrite_output_dir", "true", *extra, *args.overrides])
+    run_script(RUN_MULTITASK, [CONFIG, "--output_dir", out, "--seeds", *map(str, args.seeds),
+                               "--max_steps", str(steps), "--overwrite_output_dir", "true", *extra, *args.overrides])
+    with open(results_path) as f:  # run_multitask.py's table
+        table = json.load(f)
     table["seconds"] = round(time.time() - start, 1)
     with open(results_path, "w") as f:
         json.dump(table, f, indent=2)

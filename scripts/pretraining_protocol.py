@@ -18,15 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+from hf_multiencoder.pretraining.rtd import RESULTS_FILE
+from hf_multiencoder.training.results import format_summary
+from hf_multiencoder.training.runs import run_script
 
-import run_glue_multi  # noqa: E402
-from hf_multiencoder.pretraining.rtd import RESULTS_FILE  # noqa: E402
-from hf_multiencoder.training.results import format_summary  # noqa: E402
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUN_GLUE_MULTI = os.path.join(REPO, "run_glue_multi.py")
 
 PRETRAINING_KEYS = ("eval_loss", "eval_generator_accuracy", "eval_discriminator_accuracy",
                     "eval_all_original_accuracy", "eval_replaced_precision", "eval_replaced_recall",
@@ -135,7 +134,7 @@ def main(argv: list[str] | None = None) -> dict:
             if args.only_models and name not in args.only_models:
                 continue
             if not os.path.isfile(result_path):
-                run_glue_multi.main(cell_arguments(args, task, name, path))
+                run_script(RUN_GLUE_MULTI, cell_arguments(args, task, name, path))
             with open(result_path, encoding="utf-8") as f:
                 result = json.load(f)
             metric = result["metric"]

@@ -23,7 +23,7 @@ from hf_multiencoder import (
     load_task,
 )
 from hf_multiencoder.data.loading import load_conll_files, load_files, read_conll
-from hf_multiencoder.training.runs import last_complete_checkpoint
+from hf_multiencoder.training.runs import last_complete_checkpoint, resolve_resume
 
 NAMES = ["bert", "roberta"]
 
@@ -347,7 +347,7 @@ def test_a_checkpoint_with_weights_but_no_state_is_skipped(tmp_path, caplog):
         assert last_complete_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-4")
     assert "checkpoint-8: no trainer_state.json (the save was interrupted)" in caplog.text
     with pytest.raises(ValueError, match="Cannot resume from .*checkpoint-8: no trainer_state.json"):
-        run_glue_multi.resolve_resume(str(tmp_path), str(tmp_path / "checkpoint-8"))
+        resolve_resume(str(tmp_path), str(tmp_path / "checkpoint-8"))
 
 
 def test_inf_label_run_stops_at_load(tiny_paths, tmp_path):

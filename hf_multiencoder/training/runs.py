@@ -13,6 +13,7 @@ Training-side code: not shipped with the weights.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -20,6 +21,7 @@ import re
 import shutil
 import sys
 
+import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 try:  # transformers >= 5.x where the rotation is a function; earlier 5.x releases have the Trainer method
@@ -243,3 +245,86 @@ def check_resume_args(output_dir: str, args: dict, keys: list[str]) -> None:
 __all__ = ["AtomicCheckpointMixin", "setup_run", "check_resume_args", "checkpoint_problem", "last_complete_checkpoint",
            "list_checkpoints", "prepare_output_dir", "resolve_resume", "save_final_model", "save_into",
            "write_run_args"]
+
+
+# ---- the steps of a run script (run_glue_multi.py, run_multitask.py): seeds, run folders, train and save ------------
+def run_arguments(model_args, data_args, training_args) -> dict:
+    """What a run is, recorded in run_args.json (resuming must match the model and data parts)."""
+    return {**{f"model.{k}": v for k, v in dataclasses.asdict(model_args).items()},
+            **{f"data.{k}": v for k, v in dataclasses.asdict(data_args).items() if k not in ("seeds",)},
+            "training.seed": training_args.seed, "training.learning_rate": training_args.learning_rate}
+
+
+def seed_output_dir(base_output: str, seed: int, seeds: list[int]) -> str:
+    return os.path.join(base_output, f"seed_{seed}") if len(seeds) > 1 else base_output
+
+
+def prepare_runs(model_args, data_args, training_args) -> tuple[list[int], str, dict, bool]:
+    """What a run script does before any work: its seeds, the run's arguments (run_args.json) and its checked output
+    folder: an empty (or new) one, or, when resuming, one whose runs had the same model and data arguments. Returns
+    (seeds, the base output folder, the run's arguments, whether the run resumes)."""
+    seeds = data_args.seeds or [training_args.seed]
+    base_output = training_args.output_dir
+    run_args = run_arguments(model_args, data_args, training_args)
+    return seeds, base_output, run_args, prepare_run_folders(base_output, seeds, run_args, training_args,
+                                                             data_args.overwrite_output_dir)
+
+
+def prepare_run_folders(base_output: str, seeds: list[int], run_args: dict, training_args, overwrite: bool) -> bool:
+    """Check the run folders before any work: an empty (or new) output folder, or, when resuming, the same model and
+    data arguments as the run being resumed. Returns whether the run resumes."""
+    resuming = training_args.do_train and training_args.resume_from_checkpoint not in (None, "", "false", "False")
+    if resuming:
+        for seed in seeds:
+            check_resume_args(seed_output_dir(base_output, seed, seeds), {**run_args, "training.seed": seed},
+                              [k for k in run_args if k.startswith(("model.", "data."))] + ["training.seed"])
+    # one process prepares the folder (under torchrun every process runs this script), the others wait for it
+    with training_args.main_process_first(local=False, desc="preparing the output folder"):
+        if training_args.process_index == 0:
+            prepare_output_dir(base_output, overwrite=overwrite, resuming=resuming)
+    return resuming
+
+
+def start_seed_run(training_args, base_output: str, seed: int, seeds: list[int], run_args: dict, resuming: bool,
+                   overwrite: bool) -> None:
+    """Point `training_args` at one seed's folder (prepared by the main process, with its run_args.json, unless
+    resuming)."""
+    training_args.seed = seed
+    training_args.output_dir = seed_output_dir(base_output, seed, seeds)
+    with training_args.main_process_first(local=False, desc="preparing the run folder"):
+        if not resuming and training_args.process_index == 0:
+            prepare_output_dir(training_args.output_dir, overwrite=overwrite)
+            write_run_args(training_args.output_dir, {**run_args, "training.seed": seed})
+    logger.info(f"=== seed {seed}: output in {training_args.output_dir}")
+
+
+def train_and_save(trainer, training_args, before_save=None) -> dict:
+    """Train (from scratch, or resuming as `--resume_from_checkpoint` says), run `before_save(trainer)` if given (e.g.
+    merging LoRA adapters, so that what is saved is what a user deploys), refuse non-finite weights, then save the
+    model, the train metrics and the trainer state, as run_glue.py does. Returns the train metrics."""
+    checkpoint = resolve_resume(training_args.output_dir, training_args.resume_from_checkpoint)
+    if checkpoint is not None:
+        logger.warning(f"Resuming from {checkpoint}")
+    train_result = trainer.train(resume_from_checkpoint=checkpoint)
+    if before_save is not None:
+        before_save(trainer)
+    bad = [n for n, p in trainer.model.named_parameters() if not torch.isfinite(p).all()]
+    if bad:
+        raise FloatingPointError(f"Training left non-finite weights ({bad[:3]}...); nothing was saved as the result.")
+    save_final_model(trainer)  # whole or not at all; pushed once, at the end of the script
+    metrics = dict(train_result.metrics, train_samples=len(trainer.train_dataset))
+    trainer.log_metrics("train", metrics)
+    trainer.save_metrics("train", metrics)
+    trainer.save_state()
+    return metrics
+
+
+def run_script(script: str, argv: list[str]) -> None:
+    """Run a run script (`run_glue_multi.py`, `run_multitask.py`, ...) in a fresh interpreter, as a user would: the
+    protocol scripts build on the run scripts this way, never by importing them. Raises `RuntimeError` naming the
+    script if it fails (its output went to this process's stdout and stderr)."""
+    import subprocess
+
+    proc = subprocess.run([sys.executable, script, *argv])
+    if proc.returncode != 0:
+        raise RuntimeError(f"{os.path.basename(script)} failed (exit status {proc.returncode}): {' '.join(argv)}")
