@@ -124,11 +124,29 @@ def test_save_and_reload_with_auto_classes(example, tmp_path):
 
 
 # ---- the README's examples, verbatim --------------------------------------------------------------------------------
+DOC_PAGES = [os.path.join(REPO_ROOT, "README.md")] + sorted(
+    os.path.join(REPO_ROOT, "docs", f) for f in os.listdir(os.path.join(REPO_ROOT, "docs")) if f.endswith(".md"))
+
+
 def readme_block(name: str) -> str:
-    """The python block that follows `<!-- readme-test: NAME -->` in README.md."""
+    """The python block that follows `<!-- readme-test: NAME -->` in README.md or a page of docs/ (the marker is in
+    exactly one of them)."""
+    marker = f"<!-- readme-test: {name} -->"
+    found = [page for page in (open(path, encoding="utf-8").read() for path in DOC_PAGES) if marker in page]
+    assert len(found) == 1 and found[0].count(marker) == 1, f"{marker} must be in exactly one page"
+    start = found[0].index(marker)
+    return found[0][start:].split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_readme_python_blocks_are_tested_doc_examples():
+    """The README's quick start is a copy of a tested block of docs/ (the doc examples run in the tests below)."""
     readme = open(os.path.join(REPO_ROOT, "README.md"), encoding="utf-8").read()
-    start = readme.index(f"<!-- readme-test: {name} -->")
-    return readme[start:].split("```python\n", 1)[1].split("```", 1)[0]
+    blocks = [b.split("```", 1)[0] for b in readme.split("```python\n")[1:]]
+    docs = "".join(open(path, encoding="utf-8").read() for path in DOC_PAGES[1:])
+    marked = [part.split("```python\n", 1)[1].split("```", 1)[0] for part in docs.split("<!-- readme-test: ")[1:]]
+    assert blocks, "the README has a Python quick start"
+    for block in blocks:
+        assert block in marked, f"README block not among the tested doc examples:\n{block[:200]}"
 
 
 def run_readme_blocks(names: list[str], cwd, without_package: bool = False, timeout: int = 900) -> list[str]:
