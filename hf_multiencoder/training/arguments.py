@@ -46,7 +46,7 @@ class ModelArguments:
         default=None, metadata={"help": "One learning rate per member (default: --learning_rate)."}
     )
     head_learning_rate: float | None = field(
-        default=None, metadata={"help": "Learning rate of fusion + classifier (the 'decoder'); default learning_rate."}
+        default=None, metadata={"help": "Learning rate of fusion + classifier (the head); default learning_rate."}
     )
     layerwise_lr_decay: float | None = field(default=None, metadata={"help": "Layer-wise LR decay inside members."})
     freeze_encoders: list[str] | None = field(
