@@ -40,6 +40,7 @@ from hf_multiencoder import (
 from hf_multiencoder.adaptation import adapt_members, default_training_arguments
 from hf_multiencoder.corpus import build_corpus, task_texts
 from hf_multiencoder.data import keep_length_column, load_task, tokenize_task
+from hf_multiencoder.fast_path import apply_fast_path, fast_path_choice, fast_path_field
 from hf_multiencoder.feature_cache import CachedFeaturesCollator, add_member_features
 from hf_multiencoder.lora import get_multiencoder_lora_model, merge_lora_after_training
 from hf_multiencoder.metrics import build_compute_metrics, fusion_weights_from_metrics
@@ -118,6 +119,7 @@ class ModelArguments:
     adaptive_mlm_members: list[str] | None = field(
         default=None, metadata={"help": "Members to adapt, by index or name (default: all)."}
     )
+    fast_path: str = fast_path_field()
     frozen_feature_cache: str | None = field(
         default=None, metadata={"help": "A folder: run the frozen members (--freeze_encoders) once and train the head "
                                         "on their stored vectors (members in eval mode; reused across seeds)."}
@@ -243,6 +245,7 @@ def parse_args(argv: list[str] | None = None):
     argv = config_file_argv(parser, list(sys.argv[1:] if argv is None else argv))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     default_to_train_and_eval(training_args, argv)
+    apply_fast_path(training_args, argv, model_args.fast_path)
     if not metric_for_best_model_given(argv):
         # TrainingArguments picks "loss" whenever load_best_model_at_end is set; unless asked otherwise, the best
         # checkpoint is the task's (main() sets it once the task is known: MCC for CoLA, Spearman for STS-B, ...).
@@ -596,7 +599,10 @@ def run_arguments(model_args, data_args, training_args) -> dict:
     """What a run is, recorded in run_args.json (resuming must match the model and data parts)."""
     return {**{f"model.{k}": v for k, v in dataclasses.asdict(model_args).items()},
             **{f"data.{k}": v for k, v in dataclasses.asdict(data_args).items() if k not in ("seeds",)},
-            "training.seed": training_args.seed, "training.learning_rate": training_args.learning_rate}
+            "training.seed": training_args.seed, "training.learning_rate": training_args.learning_rate,
+            "training.bf16": training_args.bf16, "training.optim": str(getattr(training_args.optim, "value",
+                                                                               training_args.optim)),
+            "training.fast_path": fast_path_choice(training_args)}
 
 
 def print_summary(table: dict, results: list[dict], spec: TaskSpec) -> None:

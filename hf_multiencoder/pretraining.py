@@ -68,6 +68,7 @@ from .adaptation import (
     register_objective,
 )
 from .corpus import tokenize_corpus
+from .fast_path import auto_training_kwargs, fast_path_field
 from .modeling_rtd import REPLACED_LABEL, RTDForPreTraining, word_embeddings_size
 from .runs import (
     AtomicCheckpointMixin,
@@ -146,6 +147,7 @@ class PretrainingArguments:
     overwrite_output_dir: bool = field(
         default=False, metadata={"help": "Start afresh in a used output folder (its old checkpoints are deleted)."}
     )
+    fast_path: str = fast_path_field()
 
     def __post_init__(self):
         if self.objective not in ("rtd", "mlm"):
@@ -161,9 +163,11 @@ class PretrainingArguments:
 
 
 def default_pretraining_arguments(output_dir: str, **overrides) -> TrainingArguments:
-    """`TrainingArguments` with ELECTRA-Small's settings (`PRETRAINING_DEFAULTS`), `overrides` on top."""
+    """`TrainingArguments` with ELECTRA-Small's settings (`PRETRAINING_DEFAULTS`) on the fast path (bf16 where the
+    hardware computes it natively, the fused AdamW: `hf_multiencoder.fast_path`), `overrides` on top."""
     return TrainingArguments(output_dir=output_dir, **{**PRETRAINING_DEFAULTS, "report_to": "none",
-                             "dataloader_pin_memory": torch.cuda.is_available(), **overrides})
+                             "dataloader_pin_memory": torch.cuda.is_available(), **auto_training_kwargs(overrides),
+                             **overrides})
 
 
 # ---- configs and models ---------------------------------------------------------------------------------------------
