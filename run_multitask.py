@@ -23,6 +23,7 @@ import torch
 from transformers import EarlyStoppingCallback, HfArgumentParser, TrainingArguments, set_seed
 
 from hf_multiencoder import MultiEncoderForMultiTask, create_multiencoder_optimizer, freeze_encoders
+from hf_multiencoder.fast_path import apply_fast_path
 from hf_multiencoder.multitask import (
     MULTITASK_SCORE,
     SAMPLING_SCHEDULES,
@@ -33,7 +34,6 @@ from hf_multiencoder.multitask import (
     load_multitask_data,
     task_heads,
 )
-from hf_multiencoder.fast_path import apply_fast_path
 from hf_multiencoder.results import format_summary, mean_by_key, summarize
 from hf_multiencoder.runs import setup_run
 from hf_multiencoder.tasks import TASKS

@@ -117,4 +117,5 @@ def describe(choice: dict) -> str:
     return f"{precision}, {choice.get('optim')} (fast path {choice.get('fast_path')}: {choice.get('reason')})"
 
 
-__all__ = ["FAST_PATH_CHOICES", "FAST_PATH_HELP", "FastPathArguments", "fast_path_field", "apply_fast_path", "auto_training_kwargs", "describe", "fast_path_choice", "given_options"]
+__all__ = ["FAST_PATH_CHOICES", "FAST_PATH_HELP", "FastPathArguments", "apply_fast_path", "auto_training_kwargs",
+           "describe", "fast_path_choice", "fast_path_field", "given_options"]

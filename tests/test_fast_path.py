@@ -10,7 +10,12 @@ from safetensors import safe_open
 from transformers import Trainer, TrainingArguments
 
 import run_glue_multi
-from hf_multiencoder import MultiEncoderForSequenceClassification, MultiEncoderTokenizer, create_multiencoder_optimizer
+from hf_multiencoder import (
+    MultiEncoderDataCollator,
+    MultiEncoderForSequenceClassification,
+    MultiEncoderTokenizer,
+    create_multiencoder_optimizer,
+)
 from hf_multiencoder.adaptation import default_training_arguments
 from hf_multiencoder.fast_path import apply_fast_path, auto_training_kwargs, describe, given_options
 from hf_multiencoder.feature_cache import add_member_features
@@ -140,8 +145,6 @@ def test_bf16_training_saves_fp32_weights_and_the_card_says_how(cpu_units, tiny_
     model = MultiEncoderForSequenceClassification.from_encoders(tiny_paths, num_labels=2)
     texts = ["the cat sat", "he can will go", "a dog ran", "she left"] * 2
     features = [dict(tokenizer(t), labels=i % 2) for i, t in enumerate(texts)]
-    from hf_multiencoder import MultiEncoderDataCollator
-
     trainer = Trainer(model=model, args=args, train_dataset=features, data_collator=MultiEncoderDataCollator(tokenizer),
                       optimizers=(create_multiencoder_optimizer(model, args), None))
     assert trainer.accelerator.mixed_precision == "bf16"
