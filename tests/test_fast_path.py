@@ -146,7 +146,8 @@ def test_bf16_training_saves_fp32_weights_and_the_card_says_how(cpu_units, tiny_
     texts = ["the cat sat", "he can will go", "a dog ran", "she left"] * 2
     features = [dict(tokenizer(t), labels=i % 2) for i, t in enumerate(texts)]
     trainer = Trainer(model=model, args=args, train_dataset=features,
-                      data_collator=MultiEncoderDataCollator(tokenizer), optimizers=(create_multiencoder_optimizer(model, args), None))
+                      data_collator=MultiEncoderDataCollator(tokenizer),
+                      optimizers=(create_multiencoder_optimizer(model, args), None))
     assert trainer.accelerator.mixed_precision == "bf16"
     trainer.train()
     out = tmp_path / "saved"
