@@ -49,6 +49,7 @@ from hf_multiencoder.training.arguments import (
     from_encoders_kwargs,
     metric_for_best_model_given,
 )
+from hf_multiencoder.training.fast_path import apply_fast_path
 from hf_multiencoder.training.lora import get_multiencoder_lora_model, merge_lora_after_training
 from hf_multiencoder.training.metrics import build_compute_metrics, fusion_weights_from_metrics
 from hf_multiencoder.training.model_card import MultiEncoderModelCardData, save_seeds_card
@@ -122,6 +123,7 @@ def parse_args(argv: list[str] | None = None):
     argv = config_file_argv(parser, list(sys.argv[1:] if argv is None else argv))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     default_to_train_and_eval(training_args, argv)
+    apply_fast_path(training_args, argv, model_args.fast_path)
     if not metric_for_best_model_given(argv):
         # TrainingArguments picks "loss" whenever load_best_model_at_end is set; unless asked otherwise, the best
         # checkpoint is the task's (main() sets it once the task is known: MCC for CoLA, Spearman for STS-B, ...).

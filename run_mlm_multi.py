@@ -26,6 +26,7 @@ from transformers import HfArgumentParser, TrainingArguments
 from hf_multiencoder.data.corpus import CorpusArguments
 from hf_multiencoder.pretraining.adaptation import ADAPTATION_DEFAULTS, AdaptationArguments, adapt_members
 from hf_multiencoder.training.arguments import config_file_argv
+from hf_multiencoder.training.fast_path import apply_fast_path, fast_path_field
 from hf_multiencoder.training.runs import setup_run
 
 logger = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ class MemberArguments:
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "A saved multi-encoder whose members are adapted in place instead."}
     )
+    fast_path: str = fast_path_field()
 
     def __post_init__(self):
         if bool(self.encoders) == bool(self.model_name_or_path):
@@ -53,7 +55,9 @@ def parse_args(argv: list[str] | None = None):
     parser = HfArgumentParser((MemberArguments, CorpusArguments, AdaptationArguments, TrainingArguments))
     argv = config_file_argv(parser, list(sys.argv[1:] if argv is None else argv))
     defaults = [token for key, value in ADAPTATION_DEFAULTS.items() for token in (f"--{key}", str(value))]
-    return parser.parse_args_into_dataclasses(args=defaults + argv)
+    member_args, corpus_args, adaptation_args, training_args = parser.parse_args_into_dataclasses(args=defaults + argv)
+    apply_fast_path(training_args, argv, member_args.fast_path)
+    return member_args, corpus_args, adaptation_args, training_args
 
 
 def main(argv: list[str] | None = None) -> dict:

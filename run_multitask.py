@@ -32,6 +32,7 @@ from hf_multiencoder.training.arguments import (
     from_encoders_kwargs,
     metric_for_best_model_given,
 )
+from hf_multiencoder.training.fast_path import apply_fast_path
 from hf_multiencoder.training.multitask import (
     MULTITASK_SCORE,
     SAMPLING_SCHEDULES,
@@ -140,6 +141,7 @@ def parse_args(argv: list[str] | None = None):
     argv = config_file_argv(parser, list(sys.argv[1:] if argv is None else argv))
     model_args, task_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     default_to_train_and_eval(training_args, argv)
+    apply_fast_path(training_args, argv, model_args.fast_path)
     if model_args.adaptive_mlm_epochs or model_args.frozen_feature_cache or model_args.lora_r:
         raise ValueError("run_multitask.py does not support --adaptive_mlm_epochs, --frozen_feature_cache or --lora_r "
                          "(single-task options of run_glue_multi.py): adapt the members first with run_mlm_multi.py "

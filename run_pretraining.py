@@ -29,6 +29,7 @@ from transformers import HfArgumentParser, TrainingArguments
 from hf_multiencoder.data.corpus import CorpusArguments
 from hf_multiencoder.pretraining.rtd import PRETRAINING_DEFAULTS, PretrainingArguments, pretrain
 from hf_multiencoder.training.arguments import config_file_argv
+from hf_multiencoder.training.fast_path import apply_fast_path
 from hf_multiencoder.training.runs import setup_run
 
 logger = logging.getLogger(__name__)
@@ -38,7 +39,9 @@ def parse_args(argv: list[str] | None = None):
     parser = HfArgumentParser((PretrainingArguments, CorpusArguments, TrainingArguments))
     argv = config_file_argv(parser, list(sys.argv[1:] if argv is None else argv))
     defaults = [token for key, value in PRETRAINING_DEFAULTS.items() for token in (f"--{key}", str(value))]
-    return parser.parse_args_into_dataclasses(args=defaults + argv)
+    pretraining_args, corpus_args, training_args = parser.parse_args_into_dataclasses(args=defaults + argv)
+    apply_fast_path(training_args, argv, pretraining_args.fast_path)
+    return pretraining_args, corpus_args, training_args
 
 
 def main(argv: list[str] | None = None) -> dict:

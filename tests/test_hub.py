@@ -51,7 +51,7 @@ ENCODER_LRS = [1e-3, 5e-4, 2e-4]
 HEAD_LR = 3e-3
 # the model's code imports the tokenizer's file too (`from_encoders` records the members' tokenizer fingerprints)
 MODEL_CODE = {"configuration_multiencoder.py", "embedding_multiencoder.py", "fusion_multiencoder.py",
-              "modeling_multiencoder.py", "tokenization_multiencoder.py"}
+              "modeling_multiencoder.py", "precision_multiencoder.py", "tokenization_multiencoder.py"}
 TOKENIZER_CODE = {"tokenization_multiencoder.py"}
 POS = ["the cat sat on the mat", "a cat runs", "the cat likes the dog", "she can go to the cat"]
 NEG = ["somebody just left", "he went to paris", "john smith is new", "it was 2024 in york"]

@@ -35,6 +35,7 @@ import xxhash
 
 from ..models.configuration_multiencoder import POOLING_METHODS
 from ..models.modeling_multiencoder import pool_sentence
+from ..models.precision_multiencoder import auto_bf16
 from ..models.tokenization_multiencoder import MemberTensors, pad_rows
 from ..training.optimization import multiencoder_base
 from .data_collator import MultiEncoderDataCollator
@@ -113,7 +114,7 @@ def add_member_features(
     column: str = FEATURES_COLUMN,
     load_from_cache_file: bool | None = None,
     poolings: Sequence[str] | None = None,
-    autocast_dtype: torch.dtype | None = None,
+    autocast_dtype: torch.dtype | str | None = "auto",
 ) -> datasets.Dataset:
     """Run each (frozen) member in ``members`` once over ``dataset`` and store its pooled vectors in ``column``.
 
@@ -132,8 +133,10 @@ def add_member_features(
         poolings: several poolings (e.g. `("cls", "mean", "last4")`) from one pass of each member, stored in the
             columns `<column>_<pooling>` instead of `column` (the model's own pooling is then not used); pick one
             for training with [`select_pooling`].
-        autocast_dtype: run the members under `torch.autocast` in this dtype (e.g. `torch.bfloat16`: about twice as
-            fast on CPUs with AVX512-BF16, vectors stored in float32); part of the cache's fingerprint.
+        autocast_dtype: run the members under `torch.autocast` in this dtype (`torch.bfloat16`: vectors stored in
+            float32), None for fp32, or `"auto"` (the default): bf16 where the hardware computes it natively (a CPU
+            with AMX or AVX512-BF16, a GPU with bf16; `hf_multiencoder.models.precision_multiencoder`), fp32
+            elsewhere or with `HF_MULTIENCODER_FAST_PATH=off`. The dtype used is part of the cache's fingerprint.
 
     Members see the examples sorted by length (less padding: pairs of very different lengths cost a fraction); the
     returned dataset keeps the original order.
@@ -159,6 +162,11 @@ def add_member_features(
     if len(dataset) and len(dataset[0]["input_ids"]) != n:
         raise ValueError(f"The dataset holds inputs for {len(dataset[0]['input_ids'])} members but the model has {n}.")
 
+    device_type = next(base.parameters()).device.type
+    if autocast_dtype == "auto":
+        autocast_dtype = torch.bfloat16 if auto_bf16(device_type) else None
+    elif autocast_dtype is not None and not isinstance(autocast_dtype, torch.dtype):
+        raise ValueError(f"`autocast_dtype` must be a torch dtype, None or 'auto', got {autocast_dtype!r}.")
     hasher = xxhash.xxh64()
     for part in (_CACHE_FORMAT_VERSION, dataset._fingerprint, column, *indices, *(poolings or ()), autocast_dtype,
                  *(member_fingerprint(base, i) for i in indices)):
@@ -191,7 +199,6 @@ def add_member_features(
     lengths = [max(len(ids) for ids in row) for row in dataset["input_ids"]]
     order = sorted(range(len(dataset)), key=lengths.__getitem__)
     inverse = sorted(range(len(order)), key=order.__getitem__)
-    device_type = next(base.parameters()).device.type
     try:
         with (
             state.local_main_process_first() if state is not None else contextlib.nullcontext(),

@@ -23,6 +23,7 @@ from torch.nn import functional as F
 from transformers.utils import logging
 
 from .configuration_multiencoder import EMBEDDING_FUSIONS
+from .precision_multiencoder import autocast
 
 logger = logging.get_logger(__name__)
 
@@ -117,6 +118,7 @@ class MultiEncoderEmbeddingMixin:
         normalize_embeddings: bool = False,
         device: str | torch.device | None = None,
         embedding_fusion: str | None = None,
+        bf16: bool | None = None,
     ):
         """Embed sentences, as ``SentenceTransformer.encode`` does.
 
@@ -137,6 +139,9 @@ class MultiEncoderEmbeddingMixin:
             device (`str` or `torch.device`, *optional*): Move the model there first (default: where it is).
             embedding_fusion (`str`, *optional*): `"normalized_concat"` or `"model"` (module docstring); default:
                 `config.embedding_fusion`, else `"normalized_concat"` for `concat` models and `"model"` otherwise.
+            bf16 (`bool`, *optional*): Run the members under bf16 autocast (vectors returned in float32). Default:
+                where the hardware computes bf16 natively (a CPU with AMX or AVX512-BF16, a GPU with bf16) unless
+                `HF_MULTIENCODER_FAST_PATH=off`; fp32 elsewhere (bf16 is emulated, and slow, on other CPUs).
         """
         if tokenizer is None:
             raise ValueError("`encode` needs the model's MultiEncoderTokenizer: pass tokenizer=MultiEncoderTokenizer."
@@ -162,8 +167,9 @@ class MultiEncoderEmbeddingMixin:
         for start in logging.tqdm(starts, desc="Batches", disable=not show_progress_bar):
             batch = tokenizer([sentences[i] for i in order[start:start + batch_size]], padding=True,
                               truncation=True, max_length=max_length, return_tensors="pt").to(self.device)
-            chunks.append(self._fused_embedding(batch["input_ids"], batch["attention_mask"],
-                                                batch.get("token_type_ids"), fusion))
+            with autocast(self.device.type, bf16):
+                chunks.append(self._fused_embedding(batch["input_ids"], batch["attention_mask"],
+                                                    batch.get("token_type_ids"), fusion).float())
         if chunks:
             embeddings = torch.cat(chunks)[torch.argsort(torch.tensor(order))]  # back to the given order
         else:

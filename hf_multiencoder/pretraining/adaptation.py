@@ -61,6 +61,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_N
 
 from ..data.corpus import tokenize_corpus
 from ..models.tokenization_multiencoder import pad_rows
+from ..training.fast_path import auto_training_kwargs
 from ..training.optimization import multiencoder_base
 from ..training.runs import AtomicCheckpointMixin, last_complete_checkpoint, save_into
 from .objectives import OBJECTIVES, AdaptationObjective, register_objective
@@ -135,9 +136,11 @@ def check_masking(mlm_probability: float, max_seq_length: int) -> None:
 
 
 def default_training_arguments(output_dir: str, **overrides) -> TrainingArguments:
-    """`TrainingArguments` with the seed's adaptation settings (`ADAPTATION_DEFAULTS`), `overrides` on top."""
+    """`TrainingArguments` with the seed's adaptation settings (`ADAPTATION_DEFAULTS`) on the fast path (bf16 where
+    the hardware computes it natively, the fused AdamW: `hf_multiencoder.fast_path`), `overrides` on top."""
     return TrainingArguments(output_dir=output_dir, **{**ADAPTATION_DEFAULTS, "report_to": "none",
-                             "dataloader_pin_memory": torch.cuda.is_available(), **overrides})
+                             "dataloader_pin_memory": torch.cuda.is_available(), **auto_training_kwargs(overrides),
+                             **overrides})
 
 
 # ---- collator -------------------------------------------------------------------------------------------------------

@@ -58,6 +58,7 @@ from transformers.models.auto.modeling_auto import (
 
 from ..data.corpus import tokenize_corpus
 from ..models.modeling_rtd import REPLACED_LABEL, RTDForPreTraining, word_embeddings_size
+from ..training.fast_path import auto_training_kwargs, fast_path_field
 from ..training.runs import (
     AtomicCheckpointMixin,
     check_resume_args,
@@ -145,6 +146,7 @@ class PretrainingArguments:
     overwrite_output_dir: bool = field(
         default=False, metadata={"help": "Start afresh in a used output folder (its old checkpoints are deleted)."}
     )
+    fast_path: str = fast_path_field()
 
     def __post_init__(self):
         if self.objective not in ("rtd", "mlm"):
@@ -160,9 +162,11 @@ class PretrainingArguments:
 
 
 def default_pretraining_arguments(output_dir: str, **overrides) -> TrainingArguments:
-    """`TrainingArguments` with ELECTRA-Small's settings (`PRETRAINING_DEFAULTS`), `overrides` on top."""
+    """`TrainingArguments` with ELECTRA-Small's settings (`PRETRAINING_DEFAULTS`) on the fast path (bf16 where the
+    hardware computes it natively, the fused AdamW: `hf_multiencoder.fast_path`), `overrides` on top."""
     return TrainingArguments(output_dir=output_dir, **{**PRETRAINING_DEFAULTS, "report_to": "none",
-                             "dataloader_pin_memory": torch.cuda.is_available(), **overrides})
+                             "dataloader_pin_memory": torch.cuda.is_available(), **auto_training_kwargs(overrides),
+                             **overrides})
 
 
 # ---- configs and models ---------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import yaml
 from transformers import HfArgumentParser
 
 from ..models.tokenization_multiencoder import MultiEncoderTokenizer
+from .fast_path import fast_path_field
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +77,7 @@ class ModelArguments:
     adaptive_mlm_members: list[str] | None = field(
         default=None, metadata={"help": "Members to adapt, by index or name (default: all)."}
     )
+    fast_path: str = fast_path_field()
     frozen_feature_cache: str | None = field(
         default=None, metadata={"help": "A folder: run the frozen members (--freeze_encoders) once and train the head "
                                         "on their stored vectors (members in eval mode; reused across seeds)."}

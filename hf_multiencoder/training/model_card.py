@@ -26,6 +26,7 @@ from huggingface_hub.utils import yaml_dump
 from transformers import TrainerCallback
 from transformers.modelcard import make_markdown_table
 
+from .fast_path import describe, fast_path_choice
 from .lora import is_peft_model
 from .metrics import MULTITASK_SCORE, fusion_weights_from_metrics, is_fusion_weight_metric
 from .optimization import multiencoder_base, parameter_members
@@ -287,6 +288,8 @@ class MultiEncoderModelCardData(CardData):
         if optimizer is not None:
             defaults = optimizer.defaults
             described = ", ".join(f"{k}={defaults[k]}" for k in ("betas", "eps") if k in defaults)
+            if defaults.get("fused"):
+                described = ", ".join(filter(None, [described, "fused"]))
             hp["optimizer"] = f"{type(optimizer).__name__}" + (f" with {described}" if described else "")
         else:
             hp["optimizer"] = str(getattr(args.optim, "value", args.optim))
@@ -300,6 +303,9 @@ class MultiEncoderModelCardData(CardData):
             hp["num_epochs"] = args.num_train_epochs
         if args.bf16 or args.fp16:
             hp["mixed_precision_training"] = "bf16" if args.bf16 else "fp16"
+        choice = fast_path_choice(args)
+        hp["precision"] = describe(choice) if choice else ("bf16 autocast" if args.bf16 else
+                                                            "fp16 autocast" if args.fp16 else "fp32")
         self.hyperparameters = hp
 
     def set_eval_results(self, metrics: dict[str, Any], split: str | None = None) -> None:

@@ -72,7 +72,7 @@ def create_multiencoder_optimizer(
     learning_rate: float | None = None,
     weight_decay: float | None = None,
     layerwise_lr_decay: float | None = None,
-    optimizer_cls: type[torch.optim.Optimizer] = torch.optim.AdamW,
+    optimizer_cls: type[torch.optim.Optimizer] | None = None,
     **optimizer_kwargs,
 ) -> torch.optim.Optimizer:
     """Build an optimizer whose parameter groups give each member its own learning rate.
@@ -89,7 +89,9 @@ def create_multiencoder_optimizer(
             `training_args.weight_decay`, else 0).
         layerwise_lr_decay: if set (e.g. 0.9), inside each member the rate of layer k of L is
             `rate * decay ** (L - k)` (embeddings `decay ** (L + 1)`; what sits above the layers keeps `rate`).
-        optimizer_cls, optimizer_kwargs: the optimizer to build and its extra arguments.
+        optimizer_cls, optimizer_kwargs: the optimizer to build and its extra arguments (default: what the stock
+            Trainer builds for `training_args.optim`, e.g. the fused AdamW for `adamw_torch_fused`, its default from
+            torch 2.8 on; without `training_args`, `torch.optim.AdamW`). Arguments given here win.
 
     Each group carries a `name` (e.g. `encoder_0.decay`, `encoder_1.no_decay.depth_3`, `head.decay`).
     """
@@ -109,6 +111,19 @@ def create_multiencoder_optimizer(
         head_learning_rate = learning_rate
     if layerwise_lr_decay is not None and not 0 < layerwise_lr_decay <= 1:
         raise ValueError(f"`layerwise_lr_decay` must be in (0, 1], got {layerwise_lr_decay}.")
+    if optimizer_cls is None and training_args is not None:
+        # the Trainer's own resolver: every `--optim` is honoured as the stock Trainer honours it (with its betas,
+        # epsilon, `fused`/`foreach` and `--optim_args`); the rates and weight decay are set per group below
+        from transformers import Trainer
+
+        optimizer_cls, resolved = Trainer.get_optimizer_cls_and_kwargs(training_args, model)
+        if not isinstance(optimizer_cls, type):  # a factory (GaLore, layer-wise ...): it builds its own groups
+            raise ValueError(f"--optim {training_args.optim} builds its own parameter groups, so the per-member "
+                             f"learning rates cannot be applied; use an AdamW-style --optim (adamw_torch_fused).")
+        resolved.pop("lr", None)
+        optimizer_kwargs = {**resolved, **optimizer_kwargs}
+    elif optimizer_cls is None:
+        optimizer_cls = torch.optim.AdamW
     if training_args is not None and optimizer_cls in (torch.optim.AdamW, torch.optim.Adam):
         optimizer_kwargs.setdefault("betas", (training_args.adam_beta1, training_args.adam_beta2))
         optimizer_kwargs.setdefault("eps", training_args.adam_epsilon)
@@ -147,7 +162,11 @@ def create_multiencoder_optimizer(
     if len(seen) != len(set(seen)) or set(seen) != set(trainable):  # the invariant the prior art broke
         raise RuntimeError("Optimizer groups do not cover every trainable parameter exactly once.")
     if optimizer_cls is torch.optim.AdamW and "fused" not in optimizer_kwargs and "foreach" not in optimizer_kwargs:
-        # The fused kernel (the Trainer's default `adamw_torch_fused`) where every parameter is on the GPU.
+        # No TrainingArguments: the fused kernel where every parameter is on the GPU.
         if all(p.is_cuda for g in param_groups for p in g["params"]):
             optimizer_kwargs["fused"] = True
+    if optimizer_kwargs.get("fused"):
+        devices = {p.device.type for g in param_groups for p in g["params"]}
+        if not devices <= {"cpu", "cuda"}:  # torch's fused AdamW runs on CPU and CUDA
+            optimizer_kwargs.pop("fused")
     return optimizer_cls(param_groups, lr=learning_rate, **optimizer_kwargs)

@@ -24,6 +24,8 @@ import sys
 import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from .fast_path import fast_path_choice
+
 try:  # transformers >= 5.x where the rotation is a function; earlier 5.x releases have the Trainer method
     from transformers.trainer_utils import rotate_checkpoints
 except ImportError:
@@ -252,7 +254,10 @@ def run_arguments(model_args, data_args, training_args) -> dict:
     """What a run is, recorded in run_args.json (resuming must match the model and data parts)."""
     return {**{f"model.{k}": v for k, v in dataclasses.asdict(model_args).items()},
             **{f"data.{k}": v for k, v in dataclasses.asdict(data_args).items() if k not in ("seeds",)},
-            "training.seed": training_args.seed, "training.learning_rate": training_args.learning_rate}
+            "training.seed": training_args.seed, "training.learning_rate": training_args.learning_rate,
+            "training.bf16": training_args.bf16, "training.optim": str(getattr(training_args.optim, "value",
+                                                                               training_args.optim)),
+            "training.fast_path": fast_path_choice(training_args)}
 
 
 def seed_output_dir(base_output: str, seed: int, seeds: list[int]) -> str:
