@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import torch
 import transformers
-from bench_train import REPO_ROOT, environment, short_name, synthetic_split
+from harness import REPO_ROOT, environment, short_name, synthetic_split
 from timing import cleanup, interleaved_median_ms
 from transformers import AutoModel, AutoTokenizer, HfArgumentParser
 

@@ -23,7 +23,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
-from bench_train import (  # the shared benchmark settings (benchmarks/ is on sys.path: the script's folder)
+from harness import (  # the shared benchmark machinery (benchmarks/ is on sys.path: the script's folder)
     REPO_ROOT,
     BenchmarkArguments,
     Entry,

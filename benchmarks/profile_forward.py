@@ -23,7 +23,7 @@ import time
 
 import torch
 import transformers
-from bench_train import DEFAULT_MEMBERS, BenchmarkArguments, build_tiny_members, load_splits
+from harness import DEFAULT_MEMBERS, BenchmarkArguments, build_tiny_members, load_splits
 from timing import interleaved_median_ms
 from timing import synchronize as sync
 from torch.profiler import ProfilerActivity, profile
