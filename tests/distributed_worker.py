@@ -138,8 +138,7 @@ def main(tiny_dir: str, out: str) -> None:
 
     import run_glue_multi
     from hf_multiencoder.data import feature_cache
-    from hf_multiencoder.models.modeling_multiencoder import MultiEncoderPreTrainedModel
-    from hf_multiencoder.training.optimization import parameter_members
+    from hf_multiencoder.models.modeling_multiencoder import MultiEncoderPreTrainedModel, parameter_members
 
     paths = [os.path.join(tiny_dir, name) for name in ("tiny-bert", "tiny-roberta", "tiny-distilbert")]
     tokenizer = MultiEncoderTokenizer.from_encoders(paths, encoder_names=["bert", "roberta", "distil"])

@@ -505,17 +505,23 @@ def test_checkpoints_carry_the_code_and_resume_in_a_fresh_process(run, tmp_path)
     first = run["out"] / "checkpoint-4"
     assert MODEL_CODE | TOKENIZER_CODE <= set(os.listdir(first))
     out = tmp_path / "resumed"
-    # The optimizer factory (torch/transformers only) is loaded from its file, so that the resumed run builds the same
-    # parameter groups as the checkpointed one without importing the package.
+    # The optimizer factory (torch/transformers, and the model helpers of the shipped modeling file) runs from its
+    # source against the checkpoint's remote-code modeling module, so that the resumed run builds the same parameter
+    # groups as the checkpointed one without importing the package.
     code = ISOLATED_PREAMBLE + textwrap.dedent(f"""
-        import importlib.util, os
+        import os, sys, types
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments
-        spec = importlib.util.spec_from_file_location("optimization", {optimization.__file__!r})
-        optimization = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(optimization)
         checkpoint, out = {str(first)!r}, {{"importable": False}}
         model = AutoModelForSequenceClassification.from_pretrained(checkpoint, trust_remote_code=True)
+        source = open({optimization.__file__!r}).read()
+        shipped = "from ..models.modeling_multiencoder import multiencoder_base, parameter_members"
+        assert shipped in source
+        source = source.replace(shipped, "multiencoder_base, parameter_members = "
+                                         "_shipped.multiencoder_base, _shipped.parameter_members")
+        optimization = types.ModuleType("optimization")
+        optimization._shipped = sys.modules[type(model).__module__]  # the checkpoint's own modeling file
+        exec(compile(source, {optimization.__file__!r}, "exec"), optimization.__dict__)
         tokenizer = AutoTokenizer.from_pretrained(checkpoint, trust_remote_code=True)
         with torch.no_grad():
             out["logits"] = model.eval()(**tokenizer({TEXTS!r}, padding=True, return_tensors="pt")).logits.tolist()

@@ -34,10 +34,9 @@ import torch
 import xxhash
 
 from ..models.configuration_multiencoder import POOLING_METHODS
-from ..models.modeling_multiencoder import pool_sentence
+from ..models.modeling_multiencoder import multiencoder_base, pool_sentence
 from ..models.precision_multiencoder import auto_bf16
 from ..models.tokenization_multiencoder import MemberTensors, pad_rows
-from ..training.optimization import multiencoder_base
 from .data_collator import MultiEncoderDataCollator
 
 logger = logging.getLogger(__name__)

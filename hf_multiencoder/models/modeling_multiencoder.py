@@ -256,6 +256,25 @@ def word_tags(logits, word_mask, keep, id2label: dict, outside: str = "O") -> li
 
 
 # ---- losses (one definition for every head) ----------------------------------------------------------------------
+def multiencoder_base(model: nn.Module) -> nn.Module:
+    """The `MultiEncoderModel` (members + fusion) inside a head, a wrapper (peft, DDP) or the model itself."""
+    for module in model.modules():
+        if isinstance(getattr(module, "encoders", None), nn.ModuleList) and hasattr(module, "fusion"):
+            return module
+    raise ValueError(f"{type(model).__name__} is not a multi-encoder model (no `encoders` and `fusion`).")
+
+
+def parameter_members(model: nn.Module) -> dict[str, int | None]:
+    """Each parameter's member: `{name: member index}`, None for what is not in a member (fusion, head).
+
+    The one map from parameters to members (the optimizer groups, the model card's learning rates, freezing): by
+    identity, so parameter names, prefixes and wrappers do not matter.
+    """
+    base = multiencoder_base(model)
+    owner = {id(p): i for i, member in enumerate(base.encoders) for p in member.parameters()}
+    return {name: owner.get(id(p)) for name, p in model.named_parameters()}
+
+
 def sequence_loss(logits: torch.Tensor, labels: torch.Tensor, problem_type: str) -> torch.Tensor:
     """The loss of sentence logits ``(batch, num_labels)`` by ``problem_type``, as transformers' heads compute it:
     MSE on squeezed tensors for ``"regression"``, cross-entropy for ``"single_label_classification"``, BCE with logits
@@ -818,6 +837,8 @@ def tags_to_spans(words: list[str], tags: list[str]) -> list[dict]:
 
 
 __all__ = [
+    "multiencoder_base",
+    "parameter_members",
     "MultiEncoderPreTrainedModel",
     "MultiEncoderModel",
     "MultiEncoderForSequenceClassification",

@@ -60,9 +60,9 @@ from transformers.data.data_collator import pad_without_fast_tokenizer_warning
 from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 from ..data.corpus import tokenize_corpus
+from ..models.modeling_multiencoder import multiencoder_base
 from ..models.tokenization_multiencoder import pad_rows
 from ..training.fast_path import auto_training_kwargs
-from ..training.optimization import multiencoder_base
 from ..training.runs import AtomicCheckpointMixin, last_complete_checkpoint, save_into
 from .objectives import OBJECTIVES, AdaptationObjective, register_objective
 

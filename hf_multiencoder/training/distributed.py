@@ -13,8 +13,7 @@ from collections.abc import Iterable
 
 from torch import nn
 
-from ..models.modeling_multiencoder import member_layer_classes
-from .optimization import multiencoder_base
+from ..models.modeling_multiencoder import member_layer_classes, multiencoder_base
 
 
 def check_fsdp_layer_classes(model: nn.Module, class_names: Iterable[str] | str | None) -> list[str]:

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from torch import nn
 
-from .optimization import multiencoder_base
+from ..models.modeling_multiencoder import multiencoder_base
 
 # Attention projections by member `model_type`, as regexes over module names inside the member (re.fullmatch).
 # Query and value, as peft's own defaults and the LoRA paper; other architectures fall back to peft's mapping.

@@ -26,10 +26,10 @@ from huggingface_hub.utils import yaml_dump
 from transformers import TrainerCallback
 from transformers.modelcard import make_markdown_table
 
+from ..models.modeling_multiencoder import multiencoder_base, parameter_members
 from .fast_path import describe, fast_path_choice
 from .lora import is_peft_model
 from .metrics import MULTITASK_SCORE, fusion_weights_from_metrics, is_fusion_weight_metric
-from .optimization import multiencoder_base, parameter_members
 
 logger = logging.getLogger(__name__)
 

@@ -20,27 +20,10 @@ import torch
 from torch import nn
 from transformers.trainer_pt_utils import get_parameter_names
 
+from ..models.modeling_multiencoder import multiencoder_base, parameter_members
+
 _NO_DECAY_PATTERNS = [r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)"]
 _LAYER_INDEX = re.compile(r"(?:^|\.)(?:layer|layers|block|blocks)\.(\d+)\.")
-
-
-def multiencoder_base(model: nn.Module) -> nn.Module:
-    """The `MultiEncoderModel` (members + fusion) inside a head, a wrapper (peft, DDP) or the model itself."""
-    for module in model.modules():
-        if isinstance(getattr(module, "encoders", None), nn.ModuleList) and hasattr(module, "fusion"):
-            return module
-    raise ValueError(f"{type(model).__name__} is not a multi-encoder model (no `encoders` and `fusion`).")
-
-
-def parameter_members(model: nn.Module) -> dict[str, int | None]:
-    """Each parameter's member: `{name: member index}`, None for what is not in a member (fusion, head).
-
-    The one map from parameters to members (the optimizer groups, the model card's learning rates, freezing): by
-    identity, so parameter names, prefixes and wrappers do not matter.
-    """
-    base = multiencoder_base(model)
-    owner = {id(p): i for i, member in enumerate(base.encoders) for p in member.parameters()}
-    return {name: owner.get(id(p)) for name, p in model.named_parameters()}
 
 
 def freeze_encoders(model: nn.Module, encoders: Sequence[int | str]) -> list[int]:
