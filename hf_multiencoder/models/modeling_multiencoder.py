@@ -28,9 +28,7 @@ except ImportError:  # transformers 4.x: the shipped files load there too
 from .configuration_multiencoder import MultiEncoderConfig, set_member_dropout
 from .embedding_multiencoder import MultiEncoderEmbeddingMixin
 from .fusion_multiencoder import build_fusion
-# imported here, not only by embedding_multiencoder: transformers < 5 copies a local folder's remote code by the
-# entry module's own relative imports, one level deep
-from .precision_multiencoder import bf16_pays  # noqa: F401
+from .precision_multiencoder import bf16_pays  # noqa: F401 (transformers < 5 copies direct relative imports only)
 from .tokenization_multiencoder import pad_rows, tokenizer_fingerprint
 
 _INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids", "word_ids")
