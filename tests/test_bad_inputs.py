@@ -268,8 +268,11 @@ def test_rerun_into_a_used_folder_and_resume(tiny_paths, data, tmp_path, caplog)
     with pytest.raises(ValueError, match=r"model.fusion: 'dme' -> 'mean'"):
         run_glue_multi.main(args(tiny_paths, data, out, "--seed", "7", "--fusion", "mean",
                                  "--resume_from_checkpoint", "true"))
-    # a kill -9 during the last save left checkpoint-8 without a readable trainer_state.json: resuming skips it
+    # a kill -9 during the last save left checkpoint-8 without a readable trainer_state.json (and the run without
+    # its final model and metrics): resuming skips it
     (out / "checkpoint-8" / "trainer_state.json").write_text('{"global_step": 8, "log_hi')
+    for name in ("model.safetensors", "train_results.json", "trainer_state.json"):
+        os.remove(out / name)
     assert last_complete_checkpoint(str(out)) == str(out / "checkpoint-4")
     with caplog.at_level(logging.WARNING):
         table = run_glue_multi.main(args(tiny_paths, data, out, "--seed", "7", "--save_strategy", "epoch",
