@@ -279,6 +279,11 @@ def word_loss(logits: torch.Tensor, labels: torch.Tensor, word_mask: torch.Tenso
 
 
 # ---- models ------------------------------------------------------------------------------------------------------
+# The task heads: a folder saved with one of them is refused by another (same `classifier` shapes would load silently).
+_HEAD_CLASSES = ("MultiEncoderForSequenceClassification", "MultiEncoderForTokenClassification",
+                 "MultiEncoderForMultiTask")
+
+
 class MultiEncoderPreTrainedModel(MultiEncoderEmbeddingMixin, PreTrainedModel):
     config_class = MultiEncoderConfig
     base_model_prefix = "multiencoder"
@@ -338,6 +343,11 @@ class MultiEncoderPreTrainedModel(MultiEncoderEmbeddingMixin, PreTrainedModel):
         output_loading_info = kwargs.pop("output_loading_info", False)
         model, info = super().from_pretrained(pretrained_model_name_or_path, *model_args, output_loading_info=True,
                                               **kwargs)
+        saved = (getattr(model.config, "architectures", None) or [None])[0]
+        if cls.__name__ in _HEAD_CLASSES and saved in _HEAD_CLASSES and saved != cls.__name__:
+            raise ValueError(f"{pretrained_model_name_or_path} was saved as a {saved}, not a {cls.__name__}: its head "
+                             f"predicts something else. Load it with {saved}.from_pretrained (or the base "
+                             f"MultiEncoderModel for its members and fusion).")
         expected = tuple(expected_differences)
         problems = {kind: sorted(k for k in info.get(f"{kind}_keys", ())
                                  if not _MEMBER_POOLER.search(k) and not k.startswith(expected))
