@@ -139,6 +139,9 @@ def parse_args(argv: list[str] | None = None):
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     argv = config_file_argv(parser, list(sys.argv[1:] if argv is None else argv))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    if model_args.frozen_feature_cache and not model_args.freeze_encoders:
+        raise ValueError("--frozen_feature_cache stores the vectors of frozen members: give --freeze_encoders too "
+                         "(the members that stay frozen), or leave it out.")
     default_to_train_and_eval(training_args, argv)
     apply_fast_path(training_args, argv, model_args.fast_path)
     if not metric_for_best_model_given(argv):

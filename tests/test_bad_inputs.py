@@ -340,12 +340,19 @@ def test_kill_during_a_save_leaves_no_half_written_checkpoint_or_model(tiny_path
 
 def test_a_checkpoint_with_weights_but_no_state_is_skipped(tmp_path, caplog):
     """What a plain Trainer leaves after a kill -9 in a save (weights, no trainer_state.json) is never resumed."""
-    for step, files in ((4, ("model.safetensors", "optimizer.pt", "trainer_state.json")),
-                        (8, ("model.safetensors", "optimizer.pt"))):
+    from safetensors.torch import save_file
+
+    for step, files in ((4, ("model.safetensors", "optimizer.pt", "scheduler.pt", "trainer_state.json")),
+                        (8, ("model.safetensors", "optimizer.pt", "scheduler.pt"))):
         folder = tmp_path / f"checkpoint-{step}"
         folder.mkdir()
-        for name in files:
-            (folder / name).write_text("{}")
+        for name in files:  # whole files (a damaged one is skipped too: tests/test_resume_and_options.py)
+            if name == "model.safetensors":
+                save_file({"w": torch.zeros(4)}, str(folder / name))
+            elif name.endswith(".pt"):
+                torch.save({}, folder / name)
+            else:
+                (folder / name).write_text("{}")
     with caplog.at_level(logging.WARNING):
         assert last_complete_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-4")
     assert "checkpoint-8: no trainer_state.json (the save was interrupted)" in caplog.text

@@ -92,9 +92,6 @@ class ModelArguments:
                 raise ValueError(f"--{given[0]} is a LoRA option: give --lora_r too.")
         elif self.lora_r < 1:
             raise ValueError(f"--lora_r must be a positive rank, got {self.lora_r}.")
-        if self.frozen_feature_cache and not self.freeze_encoders:
-            raise ValueError("--frozen_feature_cache stores the vectors of frozen members: give --freeze_encoders "
-                             "too (the members that stay frozen), or leave it out.")
         if not self.adaptive_mlm_epochs >= 0:  # NaN too
             raise ValueError(f"--adaptive_mlm_epochs must be >= 0 (0: no adaptation), got {self.adaptive_mlm_epochs}.")
         if self.encoders:
