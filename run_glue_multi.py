@@ -306,7 +306,8 @@ def build_trainer(model_args, data_args, training_args, spec, tokenizer, tokeniz
     eval_splits = [s for s in spec.validation_splits if s in tokenized]
     main_eval = tokenized[eval_splits[0]] if eval_splits else None
     if training_args.do_eval and main_eval is None:
-        raise ValueError(f"--do_eval needs a validation split; the data has {list(tokenized)}.")
+        raise ValueError(f"--do_eval needs a validation split; the data has {list(tokenized)}. Add "
+                         f"--validation_file, or pass --do_train alone (without --do_eval) to train only.")
     callbacks = []
     if data_args.early_stopping_patience:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=data_args.early_stopping_patience))

@@ -166,6 +166,32 @@ def test_overwrite_starts_from_an_empty_folder(tiny_paths, data, tmp_path):
     assert not [k for k in json.loads((out / "all_results.json").read_text()) if k.startswith("eval_")]
 
 
+@pytest.mark.slow  # two short pretraining runs
+@pytest.mark.parametrize("script", ["run_mlm_multi", "run_pretraining"])
+def test_the_pretraining_scripts_name_the_changed_keys_and_keep_a_finished_run(script, tiny_paths, corpus_file,
+                                                                                 tmp_path, caplog):
+    out = tmp_path / "out"
+    if script == "run_mlm_multi":
+        argv = ["--encoders", tiny_paths[0], "--encoder_names", "bert", "--train_file", corpus_file, "--output_dir",
+                str(out), "--head_warmup", "never", *COMMON]
+        main, changed = run_mlm_multi.main, r"learning_rate: 1e-05 -> 0.001"
+    else:
+        argv = ["--objective", "mlm", "--discriminator", tiny_paths[0], "--train_file", corpus_file, "--output_dir",
+                str(out), "--save_strategy", "steps", "--save_steps", "1", *COMMON]
+        main, changed = run_pretraining.main, r"training.learning_rate: 0.0005 -> 0.001"
+    main(argv)
+    with pytest.raises(ValueError, match=changed) as err:
+        main([*argv, "--resume_from_checkpoint", "true", "--learning_rate", "1e-3"])
+    assert "{" not in str(err.value)  # the changed keys, not the whole settings dict
+    weights = out / ("bert" if script == "run_mlm_multi" else "") / "model.safetensors"
+    before = weights.read_bytes()
+    with caplog.at_level(logging.WARNING):
+        main([*argv, "--resume_from_checkpoint", "true"])
+    assert weights.read_bytes() == before  # nothing trained or saved again
+    if script == "run_pretraining":
+        assert "is finished: nothing to resume" in caplog.text
+
+
 # ---- rule 2: no option silently ignored -------------------------------------------------------------------------
 def _glue_parse(tiny_paths, tmp_path, *extra, data_args=("--train_file", "x.csv")):
     return run_glue_multi.parse_args(["--encoders", *tiny_paths[:2], *data_args, "--output_dir",
@@ -337,6 +363,14 @@ def test_a_run_stopped_on_bad_arguments_does_not_block_the_corrected_rerun(tiny_
     assert table["runs"][0]["score"] is not None
 
 
+def test_a_training_file_alone_says_how_to_evaluate_or_train_only(tiny_paths, data, tmp_path):
+    argv = glue_args(tiny_paths, data, tmp_path / "out")
+    i = argv.index("--validation_file")
+    del argv[i:i + 2]
+    with pytest.raises(ValueError, match="needs a validation split.*Add --validation_file, or pass --do_train alone"):
+        run_glue_multi.main(argv)
+
+
 TASK_MODULE = '''
 from datasets import Dataset, DatasetDict
 
@@ -368,6 +402,10 @@ def test_a_registered_task_runs_with_task_module(tiny_paths, tmp_path):
         run_glue_multi.parse_args(["--task_module", "nowhere.py", *argv])
     table = run_glue_multi.main(["--task_module", str(module), *argv])
     assert table["task"] == "my_reviews" and table["runs"][0]["score"] is not None
+    task_args = run_multitask.parse_args(["--task_module", str(module), "--encoders", *tiny_paths[:2], "--tasks",
+                                          '{"mine": "my_reviews", "trec": "trec"}', "--output_dir",
+                                          str(tmp_path / "mt")])[1]
+    assert task_args.tasks["mine"] == {"task_name": "my_reviews"}
 
 
 # ---- rule 4: a model is loaded as what it is -------------------------------------------------------------------
