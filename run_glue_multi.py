@@ -143,6 +143,9 @@ def parse_args(argv: list[str] | None = None):
         raise ValueError("--frozen_feature_cache stores the vectors of frozen members: give --freeze_encoders too "
                          "(the members that stay frozen), or leave it out.")
     default_to_train_and_eval(training_args, argv)
+    if training_args.do_train and data_args.task_name is None and data_args.train_file is None:
+        raise ValueError("Training (--do_train, or the default train + evaluate) needs a training file: add "
+                         "--train_file, or pass --do_eval alone to evaluate a saved model (--model_name_or_path).")
     apply_fast_path(training_args, argv, model_args.fast_path)
     if not metric_for_best_model_given(argv):
         # TrainingArguments picks "loss" whenever load_best_model_at_end is set; unless asked otherwise, the best

@@ -371,6 +371,11 @@ def test_a_training_file_alone_says_how_to_evaluate_or_train_only(tiny_paths, da
         run_glue_multi.main(argv)
 
 
+def test_a_validation_file_alone_says_to_add_a_training_file(tiny_paths, tmp_path):
+    with pytest.raises(ValueError, match="needs a training file: add --train_file, or pass --do_eval alone"):
+        _glue_parse(tiny_paths, tmp_path, data_args=("--validation_file", "dev.csv"))
+
+
 TASK_MODULE = '''
 from datasets import Dataset, DatasetDict
 
