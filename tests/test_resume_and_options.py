@@ -423,3 +423,37 @@ def test_a_folder_saved_for_another_head_is_refused_naming_both(saved, loaded, t
     with pytest.raises(ValueError, match=f"saved as a {saved.__name__}, not a {loaded.__name__}"):
         loaded.from_pretrained(tmp_path / "model")
     assert isinstance(saved.from_pretrained(tmp_path / "model"), saved)
+
+
+# ---- rule 5: errors that say what to fix ------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def heads(tiny_paths):
+    from hf_multiencoder import MultiEncoderTokenizer
+
+    torch.manual_seed(0)
+    tokenizer = MultiEncoderTokenizer.from_encoders(tiny_paths[:2])
+    return (MultiEncoderForSequenceClassification.from_encoders(tiny_paths[:2], num_labels=2),
+            MultiEncoderForTokenClassification.from_encoders(tiny_paths[:2], num_labels=3), tokenizer)
+
+
+@pytest.mark.parametrize("case, message", [
+    ("predict_tags with an empty string", r"Sentence\(s\) \[1\] have no words"),
+    ("predict_tags batch_size 0", "`batch_size` must be a positive integer, got 0"),
+    ("predict_with_fusion_weights batch_size 0", "`batch_size` must be a positive integer, got 0"),
+])
+def test_predict_helpers_say_what_to_fix(case, message, heads):
+    sequence, token, tokenizer = heads
+    with pytest.raises(ValueError, match=message):
+        if case.startswith("predict_tags with"):
+            token.predict_tags(tokenizer, ["the cat sat", "  "])
+        elif case.startswith("predict_tags"):
+            token.predict_tags(tokenizer, ["the cat sat"], batch_size=0)
+        else:
+            sequence.predict_with_fusion_weights(tokenizer, ["the cat sat"], batch_size=0)
+
+
+def test_predict_helpers_take_a_generator(heads):
+    sequence, token, tokenizer = heads
+    texts = ["the cat sat", "a dog"]
+    assert sequence.predict_with_fusion_weights(tokenizer, (t for t in texts))["Sentences"] == texts
+    assert [r["words"] for r in token.predict_tags(tokenizer, (t for t in texts))] == [t.split() for t in texts]
