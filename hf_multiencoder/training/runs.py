@@ -135,8 +135,9 @@ def run_finished(output_dir: str) -> bool:
             and any(os.path.isfile(os.path.join(output_dir, name)) for name in _WEIGHTS))
 
 
-# kept by --overwrite_output_dir: the adapted members (--adaptive_mlm_epochs), reused when their settings match
-KEPT_ON_OVERWRITE = ("adapted_members",)
+# kept by --overwrite_output_dir: the adapted members (--adaptive_mlm_epochs), reused when their settings match, and
+# the log a driver script opened for this run before starting it (scripts/glue_sweep.py)
+KEPT_ON_OVERWRITE = ("adapted_members", "log.txt")
 # what a run that stopped before its first checkpoint leaves: nothing worth keeping
 _NOT_A_RESULT = {RUN_ARGS_NAME, STAGING_DIR, FINAL_PARTIAL}
 
