@@ -38,12 +38,14 @@ from hf_multiencoder import (
 from hf_multiencoder.data.corpus import build_corpus, task_texts
 from hf_multiencoder.data.feature_cache import CachedFeaturesCollator, add_member_features
 from hf_multiencoder.data.loading import keep_length_column, load_task, tokenize_task
-from hf_multiencoder.data.tasks import TASKS, TaskSpec
+from hf_multiencoder.data.tasks import TASKS, TaskSpec, import_task_modules
 from hf_multiencoder.models.modeling_multiencoder import word_tags
 from hf_multiencoder.pretraining.adaptation import adapt_members, default_training_arguments
 from hf_multiencoder.training.arguments import (
     ModelArguments,
     build_tokenizer,
+    check_max_seq_length,
+    check_run_limits,
     config_file_argv,
     default_to_train_and_eval,
     from_encoders_kwargs,
@@ -69,6 +71,10 @@ NUM_EXAMPLES = 3
 
 @dataclass
 class DataTrainingArguments:
+    task_module: list[str] | None = field(
+        default=None, metadata={"help": "Python module(s) (dotted names or .py files) imported first: tasks they "
+                                        "add with register_task(...) can be given as --task_name."}
+    )
     task_name: str | None = field(default=None, metadata={"help": f"One of: {', '.join(TASKS)}."})
     task_type: str | None = field(
         default=None, metadata={"help": "For your own files: sequence (default) or token (CoNLL files)."}
@@ -80,7 +86,9 @@ class DataTrainingArguments:
     train_file: str | None = field(default=None, metadata={"help": "CSV/TSV/JSON (or CoNLL) training file."})
     validation_file: str | None = field(default=None, metadata={"help": "Validation file, same format."})
     test_file: str | None = field(default=None, metadata={"help": "Test file, same format."})
-    label_column_name: str = field(default="label", metadata={"help": "Label column of your own files."})
+    label_column_name: str | None = field(
+        default=None, metadata={"help": "Label column of your own files (default: label)."}
+    )
     text_column_names: list[str] | None = field(
         default=None, metadata={"help": "Text column(s) of your own files: one, or two for a sentence pair (default: "
                                         "sentence1/sentence2, else the first two non-label columns)."}
@@ -106,9 +114,18 @@ class DataTrainingArguments:
     )
 
     def __post_init__(self):
+        import_task_modules(self.task_module)
         if self.task_name is None and self.train_file is None and self.validation_file is None:
             raise ValueError("Give a `task_name` or your own `train_file`/`validation_file`.")
+        check_max_seq_length(self.max_seq_length)
+        check_run_limits(self)
         if self.task_name is not None:
+            ignored = [f"--{name}" for name in ("train_file", "validation_file", "test_file", "task_type",
+                                                "text_column_names", "label_column_name") if getattr(self, name)]
+            if ignored:
+                raise ValueError(f"{', '.join(ignored)} describe(s) your own files, but --task_name "
+                                 f"{self.task_name} reads the registered task's: give either --task_name or your "
+                                 f"files (with their options), not both.")
             self.task_name = self.task_name.lower()
             if self.task_name not in TASKS:
                 raise ValueError(f"Unknown task {self.task_name!r}; known tasks: {', '.join(TASKS)}.")
@@ -122,7 +139,13 @@ def parse_args(argv: list[str] | None = None):
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     argv = config_file_argv(parser, list(sys.argv[1:] if argv is None else argv))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    if model_args.frozen_feature_cache and not model_args.freeze_encoders:
+        raise ValueError("--frozen_feature_cache stores the vectors of frozen members: give --freeze_encoders too "
+                         "(the members that stay frozen), or leave it out.")
     default_to_train_and_eval(training_args, argv)
+    if training_args.do_train and data_args.task_name is None and data_args.train_file is None:
+        raise ValueError("Training (--do_train, or the default train + evaluate) needs a training file: add "
+                         "--train_file, or pass --do_eval alone to evaluate a saved model (--model_name_or_path).")
     apply_fast_path(training_args, argv, model_args.fast_path)
     if not metric_for_best_model_given(argv):
         # TrainingArguments picks "loss" whenever load_best_model_at_end is set; unless asked otherwise, the best
@@ -137,7 +160,7 @@ def load_data(data_args: DataTrainingArguments) -> tuple[datasets.DatasetDict, T
     return load_task(data_args.task_name, data_dir=data_args.data_dir, from_hub=data_args.from_hub,
                      train_file=data_args.train_file, validation_file=data_args.validation_file,
                      test_file=data_args.test_file, task_type=data_args.task_type,
-                     label_column=data_args.label_column_name, text_columns=data_args.text_column_names)
+                     label_column=data_args.label_column_name or "label", text_columns=data_args.text_column_names)
 
 
 def tokenize_dataset(raw, spec: TaskSpec, tokenizer, data_args, training_args):
@@ -286,7 +309,8 @@ def build_trainer(model_args, data_args, training_args, spec, tokenizer, tokeniz
     eval_splits = [s for s in spec.validation_splits if s in tokenized]
     main_eval = tokenized[eval_splits[0]] if eval_splits else None
     if training_args.do_eval and main_eval is None:
-        raise ValueError(f"--do_eval needs a validation split; the data has {list(tokenized)}.")
+        raise ValueError(f"--do_eval needs a validation split; the data has {list(tokenized)}. Add "
+                         f"--validation_file, or pass --do_train alone (without --do_eval) to train only.")
     callbacks = []
     if data_args.early_stopping_patience:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=data_args.early_stopping_patience))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -23,10 +24,12 @@ import torch
 from transformers import EarlyStoppingCallback, HfArgumentParser, TrainingArguments, set_seed
 
 from hf_multiencoder import MultiEncoderForMultiTask, create_multiencoder_optimizer, freeze_encoders
-from hf_multiencoder.data.tasks import TASKS
+from hf_multiencoder.data.tasks import TASKS, import_task_modules
 from hf_multiencoder.training.arguments import (
     ModelArguments,
     build_tokenizer,
+    check_max_seq_length,
+    check_run_limits,
     config_file_argv,
     default_to_train_and_eval,
     from_encoders_kwargs,
@@ -67,6 +70,10 @@ def _mapping(value, name: str) -> dict | None:
 
 @dataclass
 class MultiTaskArguments:
+    task_module: list[str] | None = field(
+        default=None, metadata={"help": "Python module(s) (dotted names or .py files) imported first: tasks they "
+                                        "add with register_task(...) can be named in --tasks."}
+    )
     tasks: dict | str | None = field(
         default=None, metadata={"help": "The tasks: {head name: registered task name, or {task_name: ..., "
                                         "max_train_samples: ..., max_eval_samples: ...}}. "
@@ -99,6 +106,9 @@ class MultiTaskArguments:
     early_stopping_patience: int | None = field(default=None, metadata={"help": "Evaluations without gain to stop."})
 
     def __post_init__(self):
+        import_task_modules(self.task_module)
+        check_max_seq_length(self.max_seq_length)
+        check_run_limits(self)
         tasks = _mapping(self.tasks, "tasks")
         if not tasks:
             raise ValueError("Give `tasks`: a mapping {head name: registered task name, ...}.")
@@ -118,6 +128,14 @@ class MultiTaskArguments:
             raise ValueError(f"Unknown task_sampling {self.task_sampling!r}; allowed values are: "
                              f"{', '.join(SAMPLING_SCHEDULES)}.")
         self.loss_weights = _mapping(self.loss_weights, "loss_weights")
+        if self.loss_weights:
+            bad = {t: w for t, w in self.loss_weights.items()
+                   if not isinstance(w, (int, float)) or isinstance(w, bool) or not math.isfinite(w) or w < 0}
+            if bad:
+                raise ValueError(f"--loss_weights must be finite numbers >= 0; got {bad}.")
+            if all(self.loss_weights.get(task, 1.0) == 0 for task in self.tasks):
+                raise ValueError(f"--loss_weights {self.loss_weights} are all 0: no task would train. Give at least "
+                                 f"one task a positive weight.")
         self.task_score_weights = _mapping(self.task_score_weights, "task_score_weights")
         self.freeze = _mapping(self.freeze, "freeze") or {}
         unknown = sorted(set(self.freeze) - set(_FREEZE_KEYS))
@@ -214,7 +232,8 @@ def train_one(model_args, task_args, training_args, data, specs, tokenizer) -> d
     start = time.time()
     if training_args.do_train:
         train_and_save(trainer, training_args)
-        result["task_steps"] = trainer.task_sampler.task_counts(trainer.state.global_step)
+        sampler = trainer.task_sampler or trainer.build_task_sampler()  # a finished run resumed: not trained again
+        result["task_steps"] = sampler.task_counts(trainer.state.global_step)
         logger.info(f"Optimizer steps per task: {result['task_steps']}")
     result["train_seconds"] = round(time.time() - start, 1)
     if training_args.do_eval:

@@ -20,6 +20,8 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import yaml
+
 from hf_multiencoder.data.tasks import get_task
 from hf_multiencoder.training.results import mean_by_key, summarize
 
@@ -50,6 +52,12 @@ def job_command(task, model, seed, args, out_dir):
             cmd += ["--encoders", members["MiniLM"], members["MPNet"], "--encoder_names", "MiniLM", "MPNet"]
         else:
             cmd += ["--encoders", members[model], "--encoder_names", model]
+        # the same members from another place: the config's per-member rates still apply (run_glue_multi.py refuses
+        # a config's per-member options left behind when the members change, so they are given again)
+        with open(cmd[2], encoding="utf-8") as f:
+            rates = yaml.safe_load(f).get("encoder_learning_rates")
+        if rates:
+            cmd += ["--encoder_learning_rates", *map(str, rates)]
     return cmd + args.extra
 
 

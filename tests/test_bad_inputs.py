@@ -268,8 +268,11 @@ def test_rerun_into_a_used_folder_and_resume(tiny_paths, data, tmp_path, caplog)
     with pytest.raises(ValueError, match=r"model.fusion: 'dme' -> 'mean'"):
         run_glue_multi.main(args(tiny_paths, data, out, "--seed", "7", "--fusion", "mean",
                                  "--resume_from_checkpoint", "true"))
-    # a kill -9 during the last save left checkpoint-8 without a readable trainer_state.json: resuming skips it
+    # a kill -9 during the last save left checkpoint-8 without a readable trainer_state.json (and the run without
+    # its final model and metrics): resuming skips it
     (out / "checkpoint-8" / "trainer_state.json").write_text('{"global_step": 8, "log_hi')
+    for name in ("model.safetensors", "train_results.json", "trainer_state.json"):
+        os.remove(out / name)
     assert last_complete_checkpoint(str(out)) == str(out / "checkpoint-4")
     with caplog.at_level(logging.WARNING):
         table = run_glue_multi.main(args(tiny_paths, data, out, "--seed", "7", "--save_strategy", "epoch",
@@ -337,12 +340,19 @@ def test_kill_during_a_save_leaves_no_half_written_checkpoint_or_model(tiny_path
 
 def test_a_checkpoint_with_weights_but_no_state_is_skipped(tmp_path, caplog):
     """What a plain Trainer leaves after a kill -9 in a save (weights, no trainer_state.json) is never resumed."""
-    for step, files in ((4, ("model.safetensors", "optimizer.pt", "trainer_state.json")),
-                        (8, ("model.safetensors", "optimizer.pt"))):
+    from safetensors.torch import save_file
+
+    for step, files in ((4, ("model.safetensors", "optimizer.pt", "scheduler.pt", "trainer_state.json")),
+                        (8, ("model.safetensors", "optimizer.pt", "scheduler.pt"))):
         folder = tmp_path / f"checkpoint-{step}"
         folder.mkdir()
-        for name in files:
-            (folder / name).write_text("{}")
+        for name in files:  # whole files (a damaged one is skipped too: tests/test_resume_and_options.py)
+            if name == "model.safetensors":
+                save_file({"w": torch.zeros(4)}, str(folder / name))
+            elif name.endswith(".pt"):
+                torch.save({}, folder / name)
+            else:
+                (folder / name).write_text("{}")
     with caplog.at_level(logging.WARNING):
         assert last_complete_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-4")
     assert "checkpoint-8: no trainer_state.json (the save was interrupted)" in caplog.text

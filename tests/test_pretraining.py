@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import random
+import shutil
 
 import pytest
 import torch
@@ -248,8 +249,11 @@ def test_continued_pretraining_of_a_member_and_the_mlm_baseline(tmp_path, tiny_p
 @pytest.mark.slow
 def test_a_pretraining_run_resumes_from_its_checkpoint_with_the_same_arguments_only(tmp_path, tiny_paths, corpus):
     common = {"discriminator": "tiny", "tokenizer": tiny_paths[0]}
-    _pretrain(tmp_path, corpus, "run", max_steps=2, training={"save_strategy": "steps", "save_steps": 2}, **common)
+    _pretrain(tmp_path, corpus, "run", max_steps=4, training={"save_strategy": "steps", "save_steps": 2}, **common)
     assert (tmp_path / "run" / "checkpoint-2" / "trainer_state.json").is_file()
+    # as if killed after the checkpoint of step 2: no later checkpoint, no final metrics
+    shutil.rmtree(tmp_path / "run" / "checkpoint-4")
+    os.remove(tmp_path / "run" / "train_results.json")
     resume = {"resume_from_checkpoint": "true", "save_strategy": "steps", "save_steps": 2}
     with pytest.raises(ValueError, match="other arguments"):
         _pretrain(tmp_path, corpus, "run", max_steps=4, training=resume, discriminator_weight=10.0, **common)

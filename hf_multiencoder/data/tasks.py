@@ -157,7 +157,8 @@ _ALIASES: dict[str, str] = {}
 def register_task(spec: TaskSpec, aliases: tuple[str, ...] = (), overwrite: bool = False) -> TaskSpec:
     """Add a task to the registry (as peft's `register_peft_method` adds a method).
 
-    Afterwards `load_task(spec.name)`, `run_glue_multi.py --task_name <name>`, the metrics and the model card know it.
+    Afterwards `load_task(spec.name)`, the metrics and the model card know it; the run scripts know it with
+    `--task_module <the module that registers it> --task_name <name>`.
     Raises a `ValueError` if the name (or an alias) is taken, unless `overwrite=True`.
     """
     if not isinstance(spec, TaskSpec):
@@ -173,6 +174,33 @@ def register_task(spec: TaskSpec, aliases: tuple[str, ...] = (), overwrite: bool
     for alias in aliases:
         _ALIASES[alias.lower()] = key
     return spec
+
+
+def import_task_modules(modules: list[str] | str | None) -> None:
+    """Import the Python modules (dotted names, or `.py` files) that register tasks of their own with
+    `register_task`, so that the run scripts' `--task_module my_tasks --task_name my_task` know them."""
+    import importlib
+    import importlib.util
+    import os
+    import sys
+
+    for module in [modules] if isinstance(modules, str) else (modules or []):
+        if module.endswith(".py"):
+            if not os.path.isfile(module):
+                raise ValueError(f"--task_module {module}: no such file.")
+            name = os.path.splitext(os.path.basename(module))[0]
+            spec = importlib.util.spec_from_file_location(name, module)
+            loaded = importlib.util.module_from_spec(spec)
+            sys.modules.setdefault(name, loaded)
+            spec.loader.exec_module(loaded)
+            continue
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as err:
+            if err.name and module.startswith(err.name):
+                raise ValueError(f"--task_module {module}: no such module ({err}); give a module on the Python "
+                                 f"path (PYTHONPATH, or the current folder) or a .py file.") from None
+            raise
 
 
 def get_task(task_name: str | TaskSpec) -> TaskSpec:
@@ -378,6 +406,7 @@ del _spec, _name, _column, _what
 __all__ = [
     "METRIC_FAMILIES",
     "TASKS",
+    "import_task_modules",
     "TaskSpec",
     "bio_labels",
     "get_task",

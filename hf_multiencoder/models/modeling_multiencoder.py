@@ -299,6 +299,11 @@ def word_loss(logits: torch.Tensor, labels: torch.Tensor, word_mask: torch.Tenso
 
 
 # ---- models ------------------------------------------------------------------------------------------------------
+# The task heads: a folder saved with one of them is refused by another (same `classifier` shapes would load silently).
+_HEAD_CLASSES = ("MultiEncoderForSequenceClassification", "MultiEncoderForTokenClassification",
+                 "MultiEncoderForMultiTask")
+
+
 class MultiEncoderPreTrainedModel(MultiEncoderEmbeddingMixin, PreTrainedModel):
     config_class = MultiEncoderConfig
     base_model_prefix = "multiencoder"
@@ -358,6 +363,11 @@ class MultiEncoderPreTrainedModel(MultiEncoderEmbeddingMixin, PreTrainedModel):
         output_loading_info = kwargs.pop("output_loading_info", False)
         model, info = super().from_pretrained(pretrained_model_name_or_path, *model_args, output_loading_info=True,
                                               **kwargs)
+        saved = (getattr(model.config, "architectures", None) or [None])[0]
+        if cls.__name__ in _HEAD_CLASSES and saved in _HEAD_CLASSES and saved != cls.__name__:
+            raise ValueError(f"{pretrained_model_name_or_path} was saved as a {saved}, not a {cls.__name__}: its head "
+                             f"predicts something else. Load it with {saved}.from_pretrained (or the base "
+                             f"MultiEncoderModel for its members and fusion).")
         expected = tuple(expected_differences)
         problems = {kind: sorted(k for k in info.get(f"{kind}_keys", ())
                                  if not _MEMBER_POOLER.search(k) and not k.startswith(expected))
@@ -763,6 +773,14 @@ class MultiEncoderForTokenClassification(MultiEncoderPreTrainedModel):
 
 
 # ---- prediction loops (shared by the task heads and the multi-task model) ------------------------------------------
+def _prediction_inputs(sentences, batch_size) -> list:
+    """The inputs of a predict helper as a list (one string, a list, or any iterable such as a generator), with the
+    batch size checked as `encode` checks it."""
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"`batch_size` must be a positive integer, got {batch_size!r}.")
+    return [sentences] if isinstance(sentences, str) else list(sentences)
+
+
 @torch.no_grad()
 def predict_sentences(model, tokenizer, sentences, text_pairs=None, batch_size: int = 32,
                       max_length: int | None = None, *, id2label: dict | None, **forward_kwargs) -> dict:
@@ -770,8 +788,9 @@ def predict_sentences(model, tokenizer, sentences, text_pairs=None, batch_size: 
     `id2label` names the classes (None: regression, the score is predicted); `forward_kwargs` go to every call
     (the multi-task model's `task=`). Inputs are truncated to `max_length` tokens per member (default 512), never
     beyond a member's own limit."""
-    if isinstance(sentences, str):
-        sentences = [sentences]
+    sentences = _prediction_inputs(sentences, batch_size)
+    if text_pairs is not None:
+        text_pairs = _prediction_inputs(text_pairs, batch_size)
     tokenizer.check_model(model)
     model.eval()
     preds, scores = [], []
@@ -798,9 +817,12 @@ def predict_words(model, tokenizer, sentences, batch_size: int = 32, max_length:
                   id2label: dict, **forward_kwargs) -> list[dict]:
     """`predict_tags` of any model whose output has word `logits`, `word_mask` and `fusion_weights`;
     `forward_kwargs` go to every call (the multi-task model's `task=`)."""
-    if isinstance(sentences, str):
-        sentences = [sentences]
+    sentences = _prediction_inputs(sentences, batch_size)
     words_list = [s.split() if isinstance(s, str) else list(s) for s in sentences]
+    empty = [i for i, words in enumerate(words_list) if not words]
+    if empty:
+        raise ValueError(f"Sentence(s) {empty[:5]} have no words (empty or only spaces): there is nothing to tag; "
+                         f"leave them out.")
     tokenizer.check_model(model)
     model.eval()
     results = []

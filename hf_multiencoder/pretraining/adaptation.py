@@ -63,7 +63,13 @@ from ..data.corpus import tokenize_corpus
 from ..models.modeling_multiencoder import multiencoder_base
 from ..models.tokenization_multiencoder import pad_rows
 from ..training.fast_path import auto_training_kwargs
-from ..training.runs import AtomicCheckpointMixin, last_complete_checkpoint, save_into
+from ..training.runs import (
+    AtomicCheckpointMixin,
+    check_finite_weights,
+    check_training_length,
+    last_complete_checkpoint,
+    save_into,
+)
 from .objectives import OBJECTIVES, AdaptationObjective, register_objective
 
 logger = logging.getLogger(__name__)
@@ -186,8 +192,14 @@ def mask_once(dataset: Dataset, collator: MaskedLMCollator, seed: int, batch_siz
         out = masker(features)
         return {key: [row[:n].tolist() for row, n in zip(out[key], lengths)] for key in out}
 
-    return dataset.map(mask, batched=True, batch_size=batch_size, remove_columns=dataset.column_names,
-                       desc="Masking the held-out text once")
+    masked = dataset.map(mask, batched=True, batch_size=batch_size, remove_columns=dataset.column_names,
+                         desc="Masking the held-out text once")
+    if "labels" in masked.column_names and not any(label != -100 for row in masked["labels"] for label in row):
+        raise ValueError(f"The held-out text ({len(dataset)} example(s)) got no masked token at mlm_probability "
+                         f"{collator.mlm_probability}: its loss and perplexity cannot be computed (they would be "
+                         f"nan/inf). Give more held-out text (--validation_file or a larger "
+                         f"--validation_split_percentage) or a higher --mlm_probability.")
+    return masked
 
 
 # ---- trainer --------------------------------------------------------------------------------------------------------
@@ -538,6 +550,7 @@ def adapt_members(
     elif overrides:
         raise ValueError(f"Unknown option(s) {sorted(overrides)}: set them on training_args.")
     output_dir = output_dir or training_args.output_dir
+    check_training_length(training_args)
     for split in ("train", "validation"):
         if split not in corpus or len(corpus[split]) == 0:
             raise ValueError(f"The corpus has no {split!r} text: build it with load_corpus.")
@@ -563,12 +576,17 @@ def adapt_members(
                                 bool(training_args.resume_from_checkpoint))
     settings = _settings(training_args, adaptation_args, corpus)
     finished = {m["name"]: m for m in (previous or {}).get("members", []) if m.get("adapted") and m.get("end")}
-    if finished and _comparable(previous.get("settings")) != _comparable(settings):
-        raise ValueError(f"Output folder {output_dir} holds {', '.join(finished)} adapted with other settings "
-                         f"({previous.get('settings')}); pass overwrite_output_dir (--overwrite_output_dir true) to "
-                         f"adapt them again, or use another output folder.")
+    before, now = _comparable(previous.get("settings") if previous else None), _comparable(settings)
+    changed = [f"{k}: {before.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(before) | set(now))
+               if before.get(k) != now.get(k)]
+    if previous and changed:  # finished members, or checkpoints of the member in progress, of other settings
+        raise ValueError(f"Output folder {output_dir} holds {', '.join(finished) or 'a run'} adapted with other "
+                         f"settings ({'; '.join(changed)}); resume with the same ones, pass overwrite_output_dir "
+                         f"(--overwrite_output_dir true) to adapt them again, or use another output folder.")
     os.makedirs(output_dir, exist_ok=True)
     report: dict[str, Any] = {"objective": adaptation_args.objective, "settings": settings, "members": []}
+    if previous is None:  # the settings recorded before any training: a resumed member is checked against them
+        _write_json(os.path.join(output_dir, RESULTS_FILE), report)
     for i, (checkpoint, name) in enumerate(zip(encoders, names)):
         entry: dict[str, Any] = {"name": name, "source": checkpoint, "adapted": i in chosen}
         folder = os.path.join(output_dir, name)
@@ -586,6 +604,7 @@ def adapt_members(
             tokenizer_i = AutoTokenizer.from_pretrained(checkpoint)
             entry.update(adapt_one(model, new_head, tokenizer_i, corpus, training_args, adaptation_args,
                                    os.path.join(output_dir, TRAINER_FOLDER, name), name=name))
+            check_finite_weights(model, f"the adapted {name}")
             target = AutoModel.from_pretrained(checkpoint)
             _copy_encoder_weights(objective.encoder(model), target)
             _save_member(target, tokenizer_i, model if adaptation_args.save_mlm_head else None, folder)
@@ -676,6 +695,7 @@ def _adapt_multiencoder(model, corpus, training_args, adaptation_args, output_di
             mlm_model.to(member.device)
             entry.update(adapt_one(mlm_model, new_head, tokenizer.tokenizers[i], corpus, training_args,
                                    adaptation_args, os.path.join(trainer_root, TRAINER_FOLDER, name), name=name))
+            check_finite_weights(mlm_model, f"the adapted {name}")
             _copy_encoder_weights(objective.encoder(mlm_model), member)
             del mlm_model
         report["members"].append(entry)

@@ -32,6 +32,7 @@ import copy
 import dataclasses
 import json
 import logging
+import math
 import os
 import time
 from collections import Counter
@@ -61,10 +62,14 @@ from ..models.modeling_rtd import REPLACED_LABEL, RTDForPreTraining, word_embedd
 from ..training.fast_path import auto_training_kwargs, fast_path_field
 from ..training.runs import (
     AtomicCheckpointMixin,
+    check_finite_weights,
     check_resume_args,
+    check_training_length,
     prepare_output_dir,
     resolve_resume,
+    run_finished,
     save_into,
+    training_record,
     write_run_args,
 )
 from .adaptation import (
@@ -154,8 +159,8 @@ class PretrainingArguments:
         if not 0 < self.generator_size <= 1:
             raise ValueError(f"`generator_size` must be in (0, 1], got {self.generator_size}.")
         check_masking(self.mlm_probability, self.max_seq_length)
-        if self.discriminator_weight < 0:
-            raise ValueError(f"`discriminator_weight` must be >= 0, got {self.discriminator_weight}.")
+        if not (math.isfinite(self.discriminator_weight) and self.discriminator_weight >= 0):
+            raise ValueError(f"--discriminator_weight must be a finite number >= 0, got {self.discriminator_weight}.")
         if self.architecture not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
             raise ValueError(f"--architecture {self.architecture!r} has no masked-LM class in transformers; use one "
                              f"of electra, albert, bert, roberta, mpnet, ...")
@@ -256,6 +261,20 @@ def check_tokenizer(tokenizer, vocab_size: int, name: str = "the model") -> None
                          f"model's own tokenizer (--tokenizer).")
 
 
+def check_same_vocabulary(checkpoint: str, tokenizer, option: str = "--tokenizer") -> None:
+    """Raise a `ValueError` when a checkpoint ships a tokenizer whose vocabulary differs from the run's `tokenizer`:
+    its embeddings would be looked up by another tokenizer's ids (a silently different model)."""
+    try:
+        own = AutoTokenizer.from_pretrained(checkpoint)
+    except (OSError, ValueError, TypeError):
+        return  # no tokenizer of its own: only the size check (check_tokenizer) applies
+    if own.get_vocab() != tokenizer.get_vocab():
+        raise ValueError(f"{option} {getattr(tokenizer, 'name_or_path', '')!r} has another vocabulary than the "
+                         f"discriminator {checkpoint!r} was trained with ({len(tokenizer)} vs {len(own)} tokens, "
+                         f"different ids): its embeddings would be read with the wrong ids. Use the checkpoint's own "
+                         f"tokenizer (leave out {option}) or a preset (pretraining from scratch).")
+
+
 def build_rtd_model(args: PretrainingArguments, tokenizer) -> tuple[RTDForPreTraining, dict]:
     """The replaced-token-detection model of `args` (fresh from a preset or config, or around a checkpoint) and what
     was done: `continued` (the discriminator's weights came from a checkpoint), `new_weights`."""
@@ -264,6 +283,7 @@ def build_rtd_model(args: PretrainingArguments, tokenizer) -> tuple[RTDForPreTra
     check_max_seq_length(config, args.max_seq_length, args.discriminator)
     new_weights: list[str] = []
     if continued:
+        check_same_vocabulary(args.discriminator, tokenizer)
         discriminator, new_weights = load_discriminator(args.discriminator, config)
     else:
         discriminator = RTDForPreTraining.discriminator_from_config(config)
@@ -285,6 +305,7 @@ def build_mlm_model(args: PretrainingArguments, tokenizer) -> tuple[PreTrainedMo
     check_max_seq_length(config, args.max_seq_length, args.discriminator)
     MaskedLMObjective().check_member(config, args.discriminator)
     if continued:
+        check_same_vocabulary(args.discriminator, tokenizer)
         model, info = AutoModelForMaskedLM.from_pretrained(args.discriminator, output_loading_info=True)
         return model, {"continued": True, "new_weights": sorted(info["missing_keys"])}
     return AutoModelForMaskedLM.from_config(config), {"continued": False, "new_weights": []}
@@ -414,6 +435,17 @@ def pretrain(args: PretrainingArguments, corpus: DatasetDict, training_args: Tra
         if split not in corpus or len(corpus[split]) == 0:
             raise ValueError(f"The corpus has no {split!r} text: build it with load_corpus.")
     output_dir = training_args.output_dir
+    check_training_length(training_args)
+    run_args = {**{f"pretraining.{k}": v for k, v in dataclasses.asdict(args).items() if k != "overwrite_output_dir"},
+                **training_record(training_args)}
+    results = os.path.join(output_dir, RESULTS_FILE)
+    if training_args.resume_from_checkpoint not in (None, "", "false", "False") and run_finished(output_dir) and (
+            os.path.isfile(results)):
+        check_resume_args(output_dir, run_args, list(run_args))
+        logger.warning(f"The run in {output_dir} is finished: nothing to resume, nothing trained or saved again. "
+                       f"Pass --overwrite_output_dir true to pretrain it again.")
+        with open(results, encoding="utf-8") as f:
+            return json.load(f)
     checkpoint = resolve_resume(output_dir, training_args.resume_from_checkpoint)
     prepare_output_dir(output_dir, overwrite=args.overwrite_output_dir, resuming=checkpoint is not None,
                        create=False)  # refused early; created once the inputs below are checked
@@ -444,15 +476,14 @@ def pretrain(args: PretrainingArguments, corpus: DatasetDict, training_args: Tra
     trainer = (RTDTrainer(**common) if args.objective == "rtd"
                else AdaptationTrainer(**common, encoder=model.base_model))
     prepare_output_dir(output_dir, overwrite=args.overwrite_output_dir, resuming=checkpoint is not None)
-    recorded = {k: v for k, v in dataclasses.asdict(args).items() if k != "overwrite_output_dir"}
-    run_args = {"pretraining": recorded, "seed": training_args.seed}
     if checkpoint is not None:  # resuming with other arguments would be a silently different model
-        check_resume_args(output_dir, run_args, ["pretraining", "seed"])
+        check_resume_args(output_dir, run_args, list(run_args))
     write_run_args(output_dir, run_args)
 
     start = time.time()
     train_result = trainer.train(resume_from_checkpoint=checkpoint)
     seconds = time.time() - start
+    check_finite_weights(model)
     eval_metrics = trainer.evaluate()
     trainer.save_metrics("train", train_result.metrics)
     trainer.save_metrics("eval", eval_metrics)

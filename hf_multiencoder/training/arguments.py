@@ -92,10 +92,95 @@ class ModelArguments:
                 raise ValueError(f"--{given[0]} is a LoRA option: give --lora_r too.")
         elif self.lora_r < 1:
             raise ValueError(f"--lora_r must be a positive rank, got {self.lora_r}.")
+        if not self.adaptive_mlm_epochs >= 0:  # NaN too
+            raise ValueError(f"--adaptive_mlm_epochs must be >= 0 (0: no adaptation), got {self.adaptive_mlm_epochs}.")
+        if self.encoders:
+            check_member_lists(self, len(self.encoders))
+            twice = sorted({e for e in self.encoders if self.encoders.count(e) > 1})
+            if twice and not self.encoder_names:
+                raise ValueError(f"--encoders names {twice} more than once: pass --encoder_names to tell the members "
+                                 f"apart (one name per member).")
         if len(self.pooling) == 1:
             self.pooling = self.pooling[0]
         if self.encoder_dropout is not None and len(self.encoder_dropout) == 1:
             self.encoder_dropout = self.encoder_dropout[0]
+
+
+# Options that hold one value per member, in member order: they belong to the members they were written for.
+MEMBER_OPTIONS = ("encoder_names", "encoder_learning_rates", "encoder_dropout", "pooling", "freeze_encoders",
+                  "lora_members", "lora_target_modules", "adaptive_mlm_members")
+# of those, the ones that must have exactly one value per member (the others: one value for all, or one per member)
+_ONE_PER_MEMBER = ("encoder_names", "encoder_learning_rates")
+_ONE_OR_PER_MEMBER = ("encoder_dropout", "pooling")
+
+
+def check_member_lists(args, n_members: int) -> None:
+    """Raise a `ValueError` naming a per-member option whose length does not fit the `n_members` members."""
+    for name in (*_ONE_PER_MEMBER, *_ONE_OR_PER_MEMBER):
+        values = getattr(args, name, None)
+        if values is None or isinstance(values, (str, int, float)):
+            continue
+        allowed = (n_members,) if name in _ONE_PER_MEMBER else (1, n_members)
+        if len(values) not in allowed:
+            need = f"{n_members}" if name in _ONE_PER_MEMBER else f"1 or {n_members}"
+            raise ValueError(f"--{name} has {len(values)} value(s) ({list(values)}) for {n_members} member(s) "
+                             f"(--encoders): give {need}.")
+
+
+def check_run_limits(args) -> None:
+    """The options of a run script's data arguments that must be positive or distinct: `--seeds` without repeats,
+    `--max_train_samples` / `--max_eval_samples` / `--max_predict_samples` of at least 1."""
+    seeds = getattr(args, "seeds", None)
+    if seeds and len(set(seeds)) != len(seeds):
+        raise ValueError(f"--seeds {' '.join(map(str, seeds))} repeats a seed: each seed is one run (and folder).")
+    for name in ("max_train_samples", "max_eval_samples", "max_predict_samples"):
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name} must be at least 1 (leave it out for all examples), got {value}.")
+
+
+def check_max_seq_length(value: int, option: str = "--max_seq_length") -> None:
+    """Raise a `ValueError` for a length that holds no text (0 or 1 would silently become the member's maximum)."""
+    if value is None or value < 2:
+        raise ValueError(f"{option} must be at least 2 (a special token and a subword), got {value}.")
+
+
+def _option_values(argv: list[str], name: str) -> list[str] | None:
+    """The values given to `--name` on a command line (the last occurrence), or None."""
+    found = None
+    for i, token in enumerate(argv):
+        if token == f"--{name}":
+            values = []
+            for value in argv[i + 1:]:
+                if value.startswith("--"):
+                    break
+                values.append(value)
+            found = values
+        elif token.startswith(f"--{name}="):
+            found = [token.split("=", 1)[1]]
+    return found
+
+
+def check_member_override(config: dict, argv: list[str], path: str) -> None:
+    """Raise a `ValueError` when the command line replaces the config file's `encoders` but not the per-member
+    options the file wrote for its own members (names, learning rates, dropout, pooling, ...): they would silently
+    label and train the new members as the old ones."""
+    given = _option_values(argv, "encoders")
+    if given is None or "encoders" not in config or [str(e) for e in (config["encoders"] or [])] == given:
+        return
+    stale = []
+    for name in MEMBER_OPTIONS:
+        value = config.get(name)
+        if value is None or _option_values(argv, name) is not None:
+            continue
+        if name in _ONE_OR_PER_MEMBER and not (isinstance(value, (list, tuple)) and len(value) > 1):
+            continue  # one value for every member: not tied to the config's members
+        stale.append(name)
+    if stale:
+        raise ValueError(f"The command line replaces the members of {path} (--encoders {' '.join(given)}) but not "
+                         f"its per-member option(s) {', '.join(stale)}, written for its members "
+                         f"{config['encoders']}: give {', '.join('--' + n for n in stale)} for the new members on the "
+                         f"command line too.")
 
 
 # ---- config file + overrides --------------------------------------------------------------------------------------
@@ -129,6 +214,7 @@ def config_file_argv(parser: HfArgumentParser, argv: list[str]) -> list[str]:
         unknown = sorted(set(config) - known)
         if unknown:
             raise ValueError(f"Unknown argument(s) in {path}: {', '.join(unknown)}.")
+        check_member_override(config, argv, path)
         argv = config_to_argv(config) + argv
     return argv
 

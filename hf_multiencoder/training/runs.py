@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -75,7 +76,46 @@ def checkpoint_problem(folder: str, needs_optimizer: bool = True) -> str | None:
         return "no model weights"
     if needs_optimizer and not os.path.isfile(os.path.join(folder, "optimizer.pt")):
         return "no optimizer.pt (saved with save_only_model: it holds no training state to resume)"
+    if needs_optimizer and not os.path.isfile(os.path.join(folder, "scheduler.pt")):
+        return "no scheduler.pt (the save was interrupted)"
+    for name in ("model.safetensors", "adapter_model.safetensors"):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path) and not safetensors_file_is_whole(path):
+            return f"{name} is damaged (truncated or not a safetensors file)"
+    for name in ("optimizer.pt", "scheduler.pt"):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path) and not torch_file_is_whole(path):
+            return f"{name} is damaged (truncated or not a torch.save file)"
     return None
+
+
+def safetensors_file_is_whole(path: str) -> bool:
+    """Whether a `.safetensors` file holds its whole header and every tensor's bytes (a cut-off copy does not)."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                return False
+            n = int.from_bytes(head, "little")
+            if n <= 0 or 8 + n > size:
+                return False
+            header = json.loads(f.read(n))
+        ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"]
+        return 8 + n + max(ends, default=0) == size
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return False
+
+
+def torch_file_is_whole(path: str) -> bool:
+    """Whether a `torch.save` file (a zip archive) is whole: a truncated one has lost its central directory."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return bool(archive.namelist())
+    except (OSError, zipfile.BadZipFile, ValueError):
+        return False
 
 
 def list_checkpoints(output_dir: str) -> list[str]:
@@ -85,6 +125,47 @@ def list_checkpoints(output_dir: str) -> list[str]:
     found = [(int(m.group(1)), name) for name in os.listdir(output_dir) if (m := _CHECKPOINT.match(name))]
     return [os.path.join(output_dir, name) for _, name in sorted(found, reverse=True)
             if os.path.isdir(os.path.join(output_dir, name))]
+
+
+def run_finished(output_dir: str) -> bool:
+    """Whether a run folder holds a finished training: its final model and the train metrics and trainer state saved
+    after it (`train_and_save`)."""
+    return (os.path.isfile(os.path.join(output_dir, "trainer_state.json"))
+            and os.path.isfile(os.path.join(output_dir, "train_results.json"))
+            and any(os.path.isfile(os.path.join(output_dir, name)) for name in _WEIGHTS))
+
+
+# kept by --overwrite_output_dir: the adapted members (--adaptive_mlm_epochs), reused when their settings match, and
+# the log a driver script opened for this run before starting it (scripts/glue_sweep.py)
+KEPT_ON_OVERWRITE = ("adapted_members", "log.txt")
+# what a run that stopped before its first checkpoint leaves: nothing worth keeping
+_NOT_A_RESULT = {RUN_ARGS_NAME, STAGING_DIR, FINAL_PARTIAL}
+
+
+def run_started(output_dir: str) -> bool:
+    """Whether a folder holds anything of a run beyond its `run_args.json` (and staging folders): a checkpoint, a
+    result, a seed's folder that started, or a file of the user's. A run that stopped on bad arguments, or was killed
+    before its first checkpoint, has not started: it is started afresh, never resumed nor refused as used."""
+    if not os.path.isdir(output_dir):
+        return False
+    for entry in os.listdir(output_dir):
+        if entry in _NOT_A_RESULT:
+            continue
+        path = os.path.join(output_dir, entry)
+        if re.match(r"^seed_-?\d+$", entry) and os.path.isdir(path) and not run_started(path):
+            continue
+        return True
+    return False
+
+
+def _is_run_folder(output_dir: str) -> bool:
+    """Whether a folder was written by a run script (its `run_args.json` or result files, or seed folders holding
+    them): only such a folder is emptied by `--overwrite_output_dir`."""
+    marks = (RUN_ARGS_NAME, "all_results.json", "results.json", "adaptation_results.json", "pretraining_results.json")
+    if any(os.path.isfile(os.path.join(output_dir, m)) for m in marks):
+        return True
+    return any(re.match(r"^seed_-?\d+$", e) and _is_run_folder(os.path.join(output_dir, e))
+               for e in os.listdir(output_dir) if os.path.isdir(os.path.join(output_dir, e)))
 
 
 def last_complete_checkpoint(output_dir: str) -> str | None:
@@ -120,6 +201,9 @@ def prepare_output_dir(output_dir: str, overwrite: bool = False, resuming: bool 
     runs (call it before the run's own input checks, then again with `create=True` once they passed, so that bad input
     leaves no folder behind)."""
     entries = sorted(os.listdir(output_dir)) if os.path.isdir(output_dir) else []
+    if entries and not run_started(output_dir):  # a run that stopped before its first checkpoint: start afresh
+        _empty_folder(output_dir)
+        entries = []
     if entries and not (overwrite or resuming):
         shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
         raise ValueError(
@@ -130,9 +214,23 @@ def prepare_output_dir(output_dir: str, overwrite: bool = False, resuming: bool 
     if not create:
         return
     if entries and overwrite and not resuming:
-        for folder in list_checkpoints(output_dir):
-            shutil.rmtree(folder)
+        if _is_run_folder(output_dir):  # the old run's results, metrics and plots go too, not only its checkpoints
+            _empty_folder(output_dir, keep=KEPT_ON_OVERWRITE)
+        else:
+            for folder in list_checkpoints(output_dir):
+                shutil.rmtree(folder)
     os.makedirs(output_dir, exist_ok=True)
+
+
+def _empty_folder(output_dir: str, keep: tuple[str, ...] = ()) -> None:
+    for entry in os.listdir(output_dir):
+        if entry in keep:
+            continue
+        path = os.path.join(output_dir, entry)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
 
 
 def save_into(output_dir: str, save, partial: str = FINAL_PARTIAL) -> None:
@@ -229,24 +327,48 @@ def write_run_args(output_dir: str, args: dict) -> str:
     return path
 
 
+# The `TrainingArguments` that change what a run trains: resuming must keep them (recorded as "training.<name>").
+TRAINING_KEYS = ("seed", "learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps",
+                 "num_train_epochs", "max_steps", "warmup_steps", "warmup_ratio", "weight_decay", "lr_scheduler_type",
+                 "lr_scheduler_kwargs", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm",
+                 "label_smoothing_factor", "bf16", "fp16", "optim", "optim_args", "data_seed", "group_by_length")
+
+
+def training_record(training_args) -> dict:
+    """The training arguments of `TRAINING_KEYS` as JSON-safe values, keyed "training.<name>"."""
+    record = {}
+    for key in TRAINING_KEYS:
+        if not hasattr(training_args, key):
+            continue
+        value = getattr(training_args, key)
+        record[f"training.{key}"] = getattr(value, "value", value)  # enums (optim, scheduler) by their value
+    return json.loads(json.dumps(record, default=str))
+
+
 def check_resume_args(output_dir: str, args: dict, keys: list[str]) -> None:
-    """Raise a `ValueError` if resuming with other values for `keys` than the run in `output_dir` was started with."""
+    """Raise a `ValueError` naming each key of `keys` whose value differs from the one the run in `output_dir` was
+    started with. Training keys (`training.*`) a record made before they were recorded lacks are not compared."""
     path = os.path.join(output_dir, RUN_ARGS_NAME)
     if not os.path.isfile(path):
         raise ValueError(f"Cannot resume in {output_dir}: it has no {RUN_ARGS_NAME}, so the arguments its checkpoints "
                          f"were made with are unknown.")
     with open(path, encoding="utf-8") as f:
         before = json.load(f)
+    if isinstance(before.get("pretraining"), dict):  # run_pretraining.py's older record: {"pretraining": {..}, "seed"}
+        before.update({f"pretraining.{k}": v for k, v in before.pop("pretraining").items()})
+        before.setdefault("training.seed", before.get("seed"))
     now = json.loads(json.dumps(args, default=str))
-    changed = [f"{k}: {before.get(k)!r} -> {now.get(k)!r}" for k in keys if before.get(k) != now.get(k)]
+    changed = [f"{k}: {before.get(k)!r} -> {now.get(k)!r}" for k in keys
+               if before.get(k) != now.get(k) and (k in before or not k.startswith("training."))]
     if changed:
         raise ValueError(f"Resuming {output_dir} with other arguments than its checkpoints were made with: "
                          f"{'; '.join(changed)}. Resume with the same arguments, or start a new run.")
 
 
-__all__ = ["AtomicCheckpointMixin", "setup_run", "check_resume_args", "checkpoint_problem", "last_complete_checkpoint",
-           "list_checkpoints", "prepare_output_dir", "resolve_resume", "save_final_model", "save_into",
-           "write_run_args"]
+__all__ = ["AtomicCheckpointMixin", "TRAINING_KEYS", "setup_run", "check_finite_weights", "check_resume_args",
+           "check_training_length", "checkpoint_problem", "last_complete_checkpoint", "list_checkpoints",
+           "prepare_output_dir", "resolve_resume", "run_finished", "run_started", "save_final_model", "save_into",
+           "training_record", "write_run_args"]
 
 
 # ---- the steps of a run script (run_glue_multi.py, run_multitask.py): seeds, run folders, train and save ------------
@@ -254,10 +376,14 @@ def run_arguments(model_args, data_args, training_args) -> dict:
     """What a run is, recorded in run_args.json (resuming must match the model and data parts)."""
     return {**{f"model.{k}": v for k, v in dataclasses.asdict(model_args).items()},
             **{f"data.{k}": v for k, v in dataclasses.asdict(data_args).items() if k not in ("seeds",)},
-            "training.seed": training_args.seed, "training.learning_rate": training_args.learning_rate,
-            "training.bf16": training_args.bf16, "training.optim": str(getattr(training_args.optim, "value",
-                                                                               training_args.optim)),
-            "training.fast_path": fast_path_choice(training_args)}
+            **training_record(training_args), "training.fast_path": fast_path_choice(training_args)}
+
+
+def resume_keys(run_args: dict) -> list[str]:
+    """The keys of a run's arguments that resuming must keep: all but where and how often it saves and logs."""
+    # the fast path's record is its reason in words: `training.bf16` and `training.optim` carry what it chose
+    return [k for k in run_args if k.startswith(("model.", "data.", "training."))
+            and k not in ("data.overwrite_output_dir", "training.fast_path")]
 
 
 def seed_output_dir(base_output: str, seed: int, seeds: list[int]) -> str:
@@ -269,6 +395,8 @@ def prepare_runs(model_args, data_args, training_args) -> tuple[list[int], str, 
     folder: an empty (or new) one, or, when resuming, one whose runs had the same model and data arguments. Returns
     (seeds, the base output folder, the run's arguments, whether the run resumes)."""
     seeds = data_args.seeds or [training_args.seed]
+    if training_args.do_train:
+        check_training_length(training_args)
     base_output = training_args.output_dir
     run_args = run_arguments(model_args, data_args, training_args)
     return seeds, base_output, run_args, prepare_run_folders(base_output, seeds, run_args, training_args,
@@ -280,9 +408,12 @@ def prepare_run_folders(base_output: str, seeds: list[int], run_args: dict, trai
     data arguments as the run being resumed. Returns whether the run resumes."""
     resuming = training_args.do_train and training_args.resume_from_checkpoint not in (None, "", "false", "False")
     if resuming:
-        for seed in seeds:
+        started = [seed for seed in seeds if run_started(seed_output_dir(base_output, seed, seeds))]
+        if not started and len(seeds) == 1:
+            resolve_resume(base_output, training_args.resume_from_checkpoint)  # nothing to resume: say so now
+        for seed in started:  # seeds not yet started start afresh (start_seed_run)
             check_resume_args(seed_output_dir(base_output, seed, seeds), {**run_args, "training.seed": seed},
-                              [k for k in run_args if k.startswith(("model.", "data."))] + ["training.seed"])
+                              resume_keys(run_args))
     # one process prepares the folder (under torchrun every process runs this script), the others wait for it
     with training_args.main_process_first(local=False, desc="preparing the output folder"):
         if training_args.process_index == 0:
@@ -296,8 +427,11 @@ def start_seed_run(training_args, base_output: str, seed: int, seeds: list[int],
     resuming)."""
     training_args.seed = seed
     training_args.output_dir = seed_output_dir(base_output, seed, seeds)
+    fresh = not resuming or not run_started(training_args.output_dir)
+    if resuming and fresh:
+        logger.warning(f"Seed {seed} had not started (no checkpoint in {training_args.output_dir}): starting it.")
     with training_args.main_process_first(local=False, desc="preparing the run folder"):
-        if not resuming and training_args.process_index == 0:
+        if fresh and training_args.process_index == 0:
             prepare_output_dir(training_args.output_dir, overwrite=overwrite)
             write_run_args(training_args.output_dir, {**run_args, "training.seed": seed})
     logger.info(f"=== seed {seed}: output in {training_args.output_dir}")
@@ -307,21 +441,67 @@ def train_and_save(trainer, training_args, before_save=None) -> dict:
     """Train (from scratch, or resuming as `--resume_from_checkpoint` says), run `before_save(trainer)` if given (e.g.
     merging LoRA adapters, so that what is saved is what a user deploys), refuse non-finite weights, then save the
     model, the train metrics and the trainer state, as run_glue.py does. Returns the train metrics."""
-    checkpoint = resolve_resume(training_args.output_dir, training_args.resume_from_checkpoint)
+    output_dir = training_args.output_dir
+    resume = training_args.resume_from_checkpoint
+    if resume not in (None, "", "false", "False") and run_finished(output_dir):
+        return load_finished_run(trainer, output_dir)
+    if resume in ("true", "True", "last") and not list_checkpoints(output_dir):
+        logger.warning(f"{output_dir} holds no checkpoint yet: training from the start.")
+        resume = None  # e.g. a seed that had not started (start_seed_run)
+    checkpoint = resolve_resume(output_dir, resume)
     if checkpoint is not None:
         logger.warning(f"Resuming from {checkpoint}")
     train_result = trainer.train(resume_from_checkpoint=checkpoint)
     if before_save is not None:
         before_save(trainer)
-    bad = [n for n, p in trainer.model.named_parameters() if not torch.isfinite(p).all()]
-    if bad:
-        raise FloatingPointError(f"Training left non-finite weights ({bad[:3]}...); nothing was saved as the result.")
+    check_finite_weights(trainer.model)
     save_final_model(trainer)  # whole or not at all; pushed once, at the end of the script
     metrics = dict(train_result.metrics, train_samples=len(trainer.train_dataset))
     trainer.log_metrics("train", metrics)
     trainer.save_metrics("train", metrics)
     trainer.save_state()
     return metrics
+
+
+def check_training_length(training_args) -> None:
+    """Raise a `ValueError` naming the option when the training arguments ask for no training at all (an untrained
+    model would be saved and scored as trained): `--num_train_epochs` 0 or negative without `--max_steps`, or
+    `--gradient_accumulation_steps` below 1."""
+    epochs, max_steps = training_args.num_train_epochs, training_args.max_steps
+    if max_steps is None or max_steps <= 0:
+        if not (epochs > 0 and math.isfinite(epochs)):
+            raise ValueError(f"--num_train_epochs must be a positive number, got {epochs} (or give --max_steps): "
+                             f"a run of no training would save and score an untrained model.")
+    if training_args.gradient_accumulation_steps < 1:
+        raise ValueError(f"--gradient_accumulation_steps must be at least 1, got "
+                         f"{training_args.gradient_accumulation_steps}.")
+
+
+def check_finite_weights(model, what: str = "the result") -> None:
+    """Raise a `FloatingPointError` naming the first non-finite weights of `model`: a run never saves them as its
+    result (every script and the adaptation and pretraining entry points call this before saving)."""
+    bad = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
+    if bad:
+        raise FloatingPointError(f"Training left non-finite weights ({bad[:3]}...); nothing was saved as {what}. "
+                                 f"Lower --learning_rate (or check the inputs for NaN) and rerun.")
+
+
+def load_finished_run(trainer, output_dir: str) -> dict:
+    """Resuming a finished run: nothing is trained or saved; the Trainer gets the run's final weights and state (for
+    the evaluations that follow) and the run's train metrics are returned."""
+    from transformers import TrainerState
+
+    state = TrainerState.load_from_json(os.path.join(output_dir, "trainer_state.json"))
+    logger.warning(f"The run in {output_dir} is finished (step {state.global_step}): nothing to resume, nothing "
+                   f"trained or saved again. Pass --overwrite_output_dir true to train it again.")
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    if hasattr(model, "merge_and_unload"):  # LoRA: the saved model is the merged one
+        model = model.merge_and_unload()
+        trainer.model = trainer.model_wrapped = model
+    trainer._load_from_checkpoint(output_dir)
+    trainer.state = state
+    with open(os.path.join(output_dir, "train_results.json"), encoding="utf-8") as f:
+        return json.load(f)
 
 
 def run_script(script: str, argv: list[str]) -> None:
