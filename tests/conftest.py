@@ -40,3 +40,20 @@ def hub_offline(monkeypatch):
         monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", offline)
 
     return set_mode
+
+
+@pytest.fixture
+def registry():
+    """Restore the task and reader registries after a test that registers tasks or readers."""
+    from hf_multiencoder.data import tasks as tasks_module
+    from hf_multiencoder.data.loading import READERS
+    from hf_multiencoder.data.tasks import TASKS
+
+    tasks, readers, aliases = dict(TASKS), dict(READERS), dict(tasks_module._ALIASES)
+    yield
+    TASKS.clear()
+    TASKS.update(tasks)
+    READERS.clear()
+    READERS.update(readers)
+    tasks_module._ALIASES.clear()
+    tasks_module._ALIASES.update(aliases)

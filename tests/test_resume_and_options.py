@@ -394,7 +394,7 @@ register_task(TaskSpec("my_reviews", label_list=["neg", "pos"], reader=read, loc
 
 
 @pytest.mark.slow  # one short training
-def test_a_registered_task_runs_with_task_module(tiny_paths, tmp_path):
+def test_a_registered_task_runs_with_task_module(tiny_paths, tmp_path, registry):
     module = tmp_path / "my_tasks.py"
     module.write_text(TASK_MODULE)
     (tmp_path / "data" / "my_reviews").mkdir(parents=True)

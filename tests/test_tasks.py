@@ -8,23 +8,9 @@ from datasets import DatasetDict
 
 import run_glue_multi
 from hf_multiencoder import MultiEncoderTokenizer, TaskSpec, get_task, load_task, register_task, tokenize_task
-from hf_multiencoder.data import tasks as tasks_module
 from hf_multiencoder.data.loading import READERS, _rows_to_dataset, register_reader
 from hf_multiencoder.data.tasks import METRIC_FAMILIES, TASKS
 from hf_multiencoder.training.metrics import compute_task_metrics
-
-
-@pytest.fixture
-def registry():
-    """Restore the registry after a test that registers tasks or readers."""
-    tasks, readers, aliases = dict(TASKS), dict(READERS), dict(tasks_module._ALIASES)
-    yield
-    TASKS.clear()
-    TASKS.update(tasks)
-    READERS.clear()
-    READERS.update(readers)
-    tasks_module._ALIASES.clear()
-    tasks_module._ALIASES.update(aliases)
 
 
 def test_every_entry_is_complete():
