@@ -22,14 +22,13 @@ through sentence-transformers / through ``encode``). Results go to ``--out`` (JS
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from dataclasses import dataclass, field
 
 import torch
 import transformers
-from harness import REPO_ROOT, environment, short_name, synthetic_split
+from harness import REPO_ROOT, environment, save_results, short_name, synthetic_split
 from timing import cleanup, interleaved_median_ms
 from transformers import AutoModel, AutoTokenizer, HfArgumentParser
 
@@ -179,13 +178,7 @@ def markdown(results: dict) -> str:
 def main(argv: list[str] | None = None) -> dict:
     (args,) = HfArgumentParser(EncodeBenchmarkArguments).parse_args_into_dataclasses(args=argv)
     results = run(args)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(results, f, indent=2)
-    table = markdown(results)
-    with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
-        f.write(table)
-    print(table)
+    save_results(results, args.out, markdown(results))
     return results
 
 

@@ -32,17 +32,16 @@ where bf16 does not pay (on a CPU without bf16 matrix units a step takes minutes
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import platform
 import statistics
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
 
 import torch
 import transformers
+from harness import git_commit, save_results
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding, HfArgumentParser
 
@@ -281,14 +280,6 @@ def summarize(c: Contestant, batch_size: int, peaks: dict) -> dict:
     return row
 
 
-def git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def main(argv: list[str] | None = None) -> dict:
     (args,) = HfArgumentParser(RooflineArguments).parse_args_into_dataclasses(args=argv)
     if args.threads:
@@ -336,19 +327,13 @@ def main(argv: list[str] | None = None) -> dict:
         "fast_path": auto_training_kwargs(),
         "peaks": peaks,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                     "hf_multiencoder": f"{hf_multiencoder.__version__} ({git_commit()})",
+                     "hf_multiencoder": f"{hf_multiencoder.__version__} ({git_commit() or 'unknown'})",
                      "python": platform.python_version()},
         "load_average": os.getloadavg(),
         "rows": rows,
         "ratios": ratios,
     }
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=2)
-    markdown = to_markdown(result)
-    with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
-        f.write(markdown)
-    print(markdown, flush=True)
+    save_results(result, args.out, to_markdown(result))
     return result
 
 

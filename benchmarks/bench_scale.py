@@ -17,7 +17,6 @@ JSON and a Markdown table (benchmarks/results/scale_<device>[_long][_tiny].json/
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import time
@@ -31,6 +30,7 @@ from harness import (  # the shared benchmark machinery (benchmarks/ is on sys.p
     environment,
     finish_train_result,
     load_splits,
+    save_results,
     short_name,
     start_run,
     train_window,
@@ -153,13 +153,7 @@ def markdown(results: dict) -> str:
 def main(argv: list[str] | None = None) -> dict:
     (args,) = HfArgumentParser(ScaleArguments).parse_args_into_dataclasses(args=argv)
     results = run(args)
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(results, f, indent=2)
-    table = markdown(results)
-    with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
-        f.write(table)
-    print(table, flush=True)
+    save_results(results, args.out, markdown(results))
     return results
 
 

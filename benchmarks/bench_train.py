@@ -24,7 +24,6 @@ Results go to ``--out`` (JSON) and the same name with ``.md`` (a table, also pri
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import time
@@ -39,6 +38,7 @@ from harness import (  # the shared benchmark machinery
     finish_train_result,
     load_splits,
     pipeline_and_time,
+    save_results,
     short_name,
     start_run,
     text_inputs,
@@ -324,13 +324,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = HfArgumentParser(BenchmarkArguments)
     (args,) = parser.parse_args_into_dataclasses(args=argv)
     results = run(args)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(results, f, indent=2, default=str)
-    table = markdown(results)
-    with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
-        f.write(table)
-    print(table)
+    save_results(results, args.out, markdown(results))
     print(f"[bench] wrote {args.out} and {os.path.splitext(args.out)[0]}.md")
     return results
 

@@ -7,6 +7,7 @@ A helper module of benchmarks/, not a script: the benchmark scripts import it, a
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import platform
 import random
@@ -274,13 +275,9 @@ def environment(args: BenchmarkArguments) -> tuple[str, dict]:
                 match = re.search(r"model name\s*:\s*(.+)", f.read())
                 cpu = match.group(1).strip() if match else cpu
         device = f"cpu: {cpu}, {torch.get_num_threads()} threads"
-    commit = None
-    with contextlib.suppress(Exception):
-        commit = subprocess.run(["git", "-C", REPO_ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, timeout=10).stdout.strip() or None
     versions = {
         "python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
-        "datasets": datasets.__version__, "hf_multiencoder": hf_multiencoder.__version__, "git_commit": commit,
+        "datasets": datasets.__version__, "hf_multiencoder": hf_multiencoder.__version__, "git_commit": git_commit(),
         "cuda": torch.version.cuda if args.device == "cuda" else None, "platform": platform.platform(),
     }
     with contextlib.suppress(ImportError):
@@ -297,3 +294,22 @@ def start_run(args: BenchmarkArguments, prefix: str) -> str:
     datasets.disable_progress_bars()
     transformers.logging.set_verbosity_error()
     return tempfile.mkdtemp(prefix=prefix)
+
+
+def git_commit() -> str | None:
+    """The checkout's short commit hash (None outside a git checkout)."""
+    with contextlib.suppress(Exception):
+        return subprocess.run(["git", "-C", REPO_ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip() or None
+    return None
+
+
+def save_results(results: dict, out: str, table: str) -> None:
+    """Write a benchmark's `results` to `out` (JSON) and its Markdown `table` beside it (same name, `.md`), and print
+    the table."""
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(results, f, indent=2, default=str)
+    with open(os.path.splitext(out)[0] + ".md", "w") as f:
+        f.write(table)
+    print(table, flush=True)
