@@ -2,8 +2,8 @@
 
 A task's kind, text columns, labels, metric, display name, where its local files are and how to read them, and the
 Hub dataset it mirrors all live in its one entry below, so adding a task is one `register_task(...)` call (plus a
-reader in `data/loading.py` if the file format is new). Everything else (the loaders, the metrics, `run_glue_multi.py`, the
-model card, the sweeps and the benchmarks) reads the entry::
+reader in `data/loading.py` if the file format is new). Everything else (the loaders, the metrics,
+`run_glue_multi.py`, the model card, the sweeps and the benchmarks) reads the entry::
 
     from hf_multiencoder import TaskSpec, register_task
 
@@ -57,8 +57,8 @@ class TaskSpec:
             token tasks, else `accuracy`.
         main_metric: The metric key the task is ranked by (without `eval_`); default: the family's.
         validation_splits: The split(s) evaluated during training (MNLI has two).
-        reader: How the local files are read: the name of a reader in `data.loading.READERS` (`"glue"`, `"trec"`, `"sick"`,
-            `"conll"`, `"clickbait"`, `"labelled_csv"`, `"emobank"`, `"fb_va"`) or a callable
+        reader: How the local files are read: the name of a reader in `data.loading.READERS` (`"glue"`, `"trec"`,
+            `"sick"`, `"conll"`, `"clickbait"`, `"labelled_csv"`, `"emobank"`, `"fb_va"`) or a callable
             `(spec, path) -> DatasetDict`.
         local_path: The file or folder under the data folder (`--data_dir`) the reader gets.
         reader_kwargs: The reader's options: file names, column names, splits.
