@@ -1,168 +1,453 @@
-"""Does tuning together pay? Each member alone and the pair fused (concat, dme, cdme) on CoLA, STS-B, MRPC and RTE,
-5 seeds each, with run_glue_multi.py and the shipped configs; several trainings at once on one GPU; resumable.
+"""Does tuning together pay? The fine-tuned answer, against the baselines a reviewer asks for.
 
-    python scripts/glue_sweep.py --workers 8 --bf16 [--tasks cola stsb mrpc rte] [--seeds 1 2 3 4 5]
-        [--member MiniLM=/path/to/minilm --member MPNet=/path/to/mpnet] [--runs_dir runs/glue] [--results results]
+    python scripts/glue_sweep.py [--tasks cola stsb mrpc rte wnut17] [--rows MiniLM MPNet concat dme ...]
+        [--seeds 1 2 3 4 5] [--workers 1] [--member MiniLM=PATH --member MPNet=PATH]
+        [--runs_dir runs/glue_finetuned] [--results results] [--report_only]
 
-A run whose folder already holds results.json is skipped, so a sweep cut off by a time limit continues where it
-stopped. `--aggregate_only` writes the tables from whatever has finished. Writes results/glue.json and
-results/glue.md: per task and model the best-epoch scores (x100) of every seed, their median, mean and standard
-deviation, the final-epoch summary, the mean fusion weight of each member and the run time.
+The protocol (docs/studies.md states it with the numbers):
+- Each run trains on 90% of the task's training set; a fixed 10% slice of it (the same for every row and seed) is the
+  validation set the epoch is chosen on. The score reported is the dev set's at that epoch (WNUT-17: the test set),
+  which nothing was chosen on; "best dev epoch" is reported beside it, as the literature does.
+- 3 epochs, batch 32, learning rate 2e-5 (linear decay, 10% warm-up, weight decay 0.01), max_seq_length 128, mean
+  pooling; the fast path's precision (fp32 on a CPU without bf16 units, bf16 autocast on a bf16 GPU).
+- Rows (ROWS below): each member alone; the pair fused (concat, dme, cdme); the best member given the pair's compute
+  (MPNet for 4 epochs); MPNet alone under the DME head; the seed's levers on CoLA and STS-B (per-member rates, a head
+  rate of 1e-3, member dropout on MiniLM); each member once through plain transformers. The ensemble of the separately
+  tuned members (mean of probabilities; of predictions for STS-B; of word probabilities for NER) is computed from the
+  member rows' stored predictions, per seed, each member at its own chosen epoch.
+
+Each run is its own process writing `runs_dir/TASK/ROW/seed_N/`: `result.json` (written last, so a run cut off is
+rerun from the start and a finished one skipped) and `predictions.npz` (every epoch's dev and held-out outputs).
+`--tasks/--rows/--seeds` run the sweep in chunks; `--report_only` writes the tables from what has finished:
+`results/glue_finetuned.{json,md}`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
-import yaml
+import numpy as np
 
 from hf_multiencoder.data.tasks import get_task
-from hf_multiencoder.training.results import mean_by_key, summarize
+from hf_multiencoder.training.results import summarize
+from hf_multiencoder.training.selection import ensemble, paired_bootstrap, score_outputs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODELS = {  # name -> (config suffix, extra arguments, kind)
-    "MiniLM": ("_minilm", [], "member"),
-    "MPNet": ("_mpnet", [], "member"),
-    "concat": ("", ["--fusion", "concat"], "fused"),
-    "dme": ("", ["--fusion", "dme"], "fused"),
-    "cdme": ("", ["--fusion", "cdme"], "fused"),
+MEMBERS = {"MiniLM": "sentence-transformers/all-MiniLM-L6-v2", "MPNet": "sentence-transformers/all-mpnet-base-v2"}
+PAIR = ("MiniLM", "MPNet")
+GLUE = ("cola", "stsb", "mrpc", "rte")
+LEVER_TASKS = ("cola", "stsb")
+# The split each task reports on (nothing is chosen on it); the others report the GLUE dev set.
+REPORT_SPLIT = {"wnut17": "test"}
+# CoLA examples whose fusion weights the fine-tuned DME model reports.
+FUSION_EXAMPLES = ["He can will go", "Somebody just left.", "The more you read, the more you learn.",
+                   "Him was seen by I."]
+HELDOUT_FRACTION = 0.1
+BUDGET = {"num_train_epochs": 3, "per_device_train_batch_size": 32, "learning_rate": 2e-5, "max_seq_length": 128}
+
+
+@dataclass(frozen=True)
+class Row:
+    members: tuple[str, ...]
+    kind: str  # member | fused | baseline | control | lever | plain
+    fusion: str = "concat"
+    epochs: int | None = None  # None: the budget's
+    encoder_learning_rates: tuple[float, ...] | None = None
+    head_learning_rate: float | None = None
+    encoder_dropout: tuple[float | None, ...] | None = None
+    tasks: tuple[str, ...] | None = None  # None: every task
+    seeds: int | None = None  # how many of the seeds (None: all)
+    note: str = field(default="", compare=False)
+
+
+ROWS = {
+    "MiniLM": Row(("MiniLM",), "member", note="MiniLM alone (plugin)"),
+    "MPNet": Row(("MPNet",), "member", note="MPNet alone (plugin)"),
+    "concat": Row(PAIR, "fused", "concat", note="the pair, concatenated"),
+    "dme": Row(PAIR, "fused", "dme", note="the pair, DME"),
+    "cdme": Row(PAIR, "fused", "cdme", note="the pair, contextual DME"),
+    "MPNet_4ep": Row(("MPNet",), "baseline", epochs=4, note="MPNet given the pair's compute (4 epochs)"),
+    "MPNet_dme": Row(("MPNet",), "control", "dme", note="MPNet alone under the DME head"),
+    "dme_member_lr": Row(PAIR, "lever", "dme", encoder_learning_rates=(5e-5, 2e-5), tasks=LEVER_TASKS,
+                         note="DME, MiniLM at 5e-5 (MPNet 2e-5)"),
+    "dme_head_lr": Row(PAIR, "lever", "dme", head_learning_rate=1e-3, tasks=LEVER_TASKS,
+                       note="DME, fusion and head at 1e-3"),
+    "dme_member_dropout": Row(PAIR, "lever", "dme", encoder_dropout=(0.3, None), tasks=LEVER_TASKS,
+                              note="DME, dropout 0.3 in MiniLM"),
+    "plain_MiniLM": Row(("MiniLM",), "plain", tasks=GLUE, seeds=1, note="MiniLM through plain transformers"),
+    "plain_MPNet": Row(("MPNet",), "plain", tasks=GLUE, seeds=1, note="MPNet through plain transformers"),
 }
+DEFAULT_ROWS = list(ROWS)
 
 
-def job_command(task, model, seed, args, out_dir):
-    suffix, extra, kind = MODELS[model]
-    cmd = [sys.executable, os.path.join(REPO, "run_glue_multi.py"), os.path.join(REPO, "configs", "glue",
-                                                                                   f"{task}{suffix}.yaml"),
-           *extra, "--seed", str(seed), "--output_dir", out_dir, "--overwrite_output_dir", "true",
-           "--save_strategy", "no",
-           "--load_best_model_at_end", "false", "--disable_tqdm", "true", "--logging_steps", "100"]
-    if args.bf16:
-        cmd += ["--bf16", "true"]
-    if args.data_dir:
-        cmd += ["--data_dir", args.data_dir]
-    members = dict(m.split("=", 1) for m in args.member)
-    if members:
-        if kind == "fused":
-            cmd += ["--encoders", members["MiniLM"], members["MPNet"], "--encoder_names", "MiniLM", "MPNet"]
-        else:
-            cmd += ["--encoders", members[model], "--encoder_names", model]
-        # the same members from another place: the config's per-member rates still apply (run_glue_multi.py refuses
-        # a config's per-member options left behind when the members change, so they are given again)
-        with open(cmd[2], encoding="utf-8") as f:
-            rates = yaml.safe_load(f).get("encoder_learning_rates")
-        if rates:
-            cmd += ["--encoder_learning_rates", *map(str, rates)]
-    return cmd + args.extra
+def row_applies(row: str, task: str, seed_index: int) -> bool:
+    spec = ROWS[row]
+    if spec.tasks is not None and task not in spec.tasks:
+        return False
+    if spec.kind == "plain" and get_task(task).kind == "token":
+        return False
+    return spec.seeds is None or seed_index < spec.seeds
 
 
-def run_job(task, model, seed, args) -> str:
-    out_dir = os.path.join(args.runs_dir, task, model, f"seed_{seed}")
-    if os.path.isfile(os.path.join(out_dir, "results.json")):
-        return f"skip {task}/{model}/{seed}"
+# ---- one run (its own process) --------------------------------------------------------------------------------------
+def member_paths(args) -> dict[str, str]:
+    paths = dict(MEMBERS)
+    for item in args.member:
+        name, sep, path = item.partition("=")
+        if not sep or name not in MEMBERS:
+            raise SystemExit(f"--member takes NAME=PATH with NAME one of {', '.join(MEMBERS)}; got {item!r}.")
+        paths[name] = path
+    return paths
+
+
+def run_one(task: str, row_name: str, seed: int, args) -> None:
+    import datasets
+    import torch
+    from transformers import (AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding, Trainer,
+                              TrainingArguments, set_seed)
+
+    from hf_multiencoder import (MultiEncoderForSequenceClassification, MultiEncoderForTokenClassification,
+                                 MultiEncoderTokenizer)
+    from hf_multiencoder.data.data_collator import MultiEncoderDataCollator
+    from hf_multiencoder.data.loading import load_task, tokenize_task
+    from hf_multiencoder.training.fast_path import apply_fast_path
+    from hf_multiencoder.training.optimization import create_multiencoder_optimizer
+    from hf_multiencoder.training.selection import EpochPredictions, heldout_split
+
+    row = ROWS[row_name]
+    out_dir = run_dir(args, task, row_name, seed)
+    raw, spec = load_task(task, data_dir=args.data_dir)
+    train, heldout = heldout_split(raw["train"], HELDOUT_FRACTION, seed=0)
+    report = REPORT_SPLIT.get(spec.name, spec.validation_splits[0])
+    raw = datasets.DatasetDict({"train": train, "heldout": heldout, "dev": raw[report]})
+    if args.max_samples:  # a quick check of the machinery, never a reported result
+        raw = datasets.DatasetDict({k: ds.select(range(min(args.max_samples, len(ds)))) for k, ds in raw.items()})
+    paths = member_paths(args)
+    names = list(row.members)
+    plain = row.kind == "plain"
+    if plain:
+        tokenizer = AutoTokenizer.from_pretrained(paths[names[0]])
+    else:
+        tokenizer = MultiEncoderTokenizer.from_encoders([paths[n] for n in names], encoder_names=names)
+    tokenized = tokenize_task(raw, spec, tokenizer, max_length=args.max_seq_length, add_length=False)
+
+    training_args = TrainingArguments(
+        output_dir=os.path.join(out_dir, "trainer"), num_train_epochs=row.epochs or BUDGET["num_train_epochs"],
+        per_device_train_batch_size=BUDGET["per_device_train_batch_size"], per_device_eval_batch_size=128,
+        learning_rate=BUDGET["learning_rate"], weight_decay=0.01, warmup_steps=0.1, lr_scheduler_type="linear",
+        eval_strategy="no", save_strategy="no", logging_steps=50, report_to="none", seed=seed, disable_tqdm=True,
+        use_cpu=args.device == "cpu")
+    precision = apply_fast_path(training_args, [], args.fast_path)
+    set_seed(seed)
+    labels = {"num_labels": spec.num_labels}
+    if spec.label_list:
+        labels.update(id2label=dict(enumerate(spec.label_list)), label2id={x: i for i, x in enumerate(spec.label_list)})
+    if spec.kind != "token":
+        labels["problem_type"] = "regression" if spec.is_regression else "single_label_classification"
+    pad = 8 if training_args.bf16 else None
+    if plain:
+        model = AutoModelForSequenceClassification.from_pretrained(paths[names[0]], **labels)
+        optimizers, collator = (None, None), DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad)
+    else:
+        model_cls = MultiEncoderForTokenClassification if spec.kind == "token" else \
+            MultiEncoderForSequenceClassification
+        model = model_cls.from_encoders([paths[n] for n in names], encoder_names=names, fusion=row.fusion,
+                                        pooling="mean", fusion_dropout=0.1,
+                                        encoder_dropout=list(row.encoder_dropout) if row.encoder_dropout else None,
+                                        tokenizer_fingerprints=tokenizer.member_fingerprints(), **labels)
+        model.to(training_args.device)
+        optimizer = create_multiencoder_optimizer(
+            model, training_args, encoder_learning_rates=list(row.encoder_learning_rates or []) or None,
+            head_learning_rate=row.head_learning_rate)
+        optimizers, collator = (optimizer, None), MultiEncoderDataCollator(tokenizer, pad_to_multiple_of=pad)
+    callback = EpochPredictions({"heldout": tokenized["heldout"], "dev": tokenized["dev"]}, spec,
+                                num_members=None if plain else len(names))
+    trainer = Trainer(model=model, args=training_args, train_dataset=tokenized["train"], data_collator=collator,
+                      processing_class=tokenizer, optimizers=optimizers, callbacks=[callback])
+    callback.trainer = trainer
+    start = time.time()
+    train_output = trainer.train()
+    seconds = time.time() - start
+
+    arrays, result = {}, {"task": spec.name, "row": row_name, "seed": seed, "members": names,
+                          "train_seconds": round(seconds, 1), "train_loss": train_output.training_loss,
+                          "precision": precision, "device": str(training_args.device),
+                          "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+                          "sizes": {split: len(ds) for split, ds in raw.items()}, "epochs": []}
+    for epoch, sets in enumerate(callback.epochs, start=1):
+        entry = {}
+        for split, data in sets.items():
+            entry[split] = score_outputs(spec, data["outputs"], data["labels"], data.get("lengths"))
+            for key, value in data.items():
+                if split == "dev" or key == "outputs":
+                    arrays[f"{split}_{key}_{epoch}"] = value
+            if "weights" in data:
+                entry[f"{split}_fusion_weights"] = dict(zip(names, map(float, data["weights"].reshape(
+                    -1, len(names)).mean(axis=0))))
+        result["epochs"].append(entry)
+    if spec.name == "cola" and row.fusion == "dme" and row.kind == "fused":
+        result["fusion_examples"] = model.predict_with_fusion_weights(tokenizer, FUSION_EXAMPLES)
+    np.savez_compressed(os.path.join(out_dir, "predictions.npz"), **arrays)
+    tmp = os.path.join(out_dir, "result.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(result, f, indent=1)
+    os.replace(tmp, os.path.join(out_dir, "result.json"))
+
+
+# ---- the sweep ------------------------------------------------------------------------------------------------------
+def run_dir(args, task: str, row: str, seed: int) -> str:
+    return os.path.join(args.runs_dir, task, row, f"seed_{seed}")
+
+
+def launch(job, args) -> str:
+    task, row, seed = job
+    out_dir = run_dir(args, task, row, seed)
+    if os.path.isfile(os.path.join(out_dir, "result.json")):
+        return f"skip {task}/{row}/seed {seed} (finished)"
     os.makedirs(out_dir, exist_ok=True)
+    cmd = [sys.executable, os.path.abspath(__file__), "--job", task, row, str(seed), "--runs_dir", args.runs_dir,
+           "--fast_path", args.fast_path, "--device", args.device,
+           "--max_seq_length", str(args.max_seq_length),
+           *(["--max_samples", str(args.max_samples)] if args.max_samples else []),
+           *(["--data_dir", args.data_dir] if args.data_dir else []), *[f"--member={m}" for m in args.member]]
     start = time.time()
     with open(os.path.join(out_dir, "log.txt"), "w") as log:
-        proc = subprocess.run(job_command(task, model, seed, args, out_dir), stdout=log, stderr=subprocess.STDOUT,
-                              cwd=REPO)
-    status = "ok" if proc.returncode == 0 else f"FAILED (rc {proc.returncode}, see {out_dir}/log.txt)"
-    return f"{task}/{model}/seed {seed}: {status} in {time.time() - start:.0f}s"
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO).returncode
+    status = "ok" if rc == 0 else f"FAILED (exit {rc}; see {os.path.join(out_dir, 'log.txt')})"
+    return f"{task}/{row}/seed {seed}: {status} in {time.time() - start:.0f}s"
 
 
-def aggregate(args) -> dict:
-    table: dict = {}
-    for task in args.tasks:
-        for model, (_, _, kind) in MODELS.items():
-            runs = []
-            for seed in args.seeds:
-                path = os.path.join(args.runs_dir, task, model, f"seed_{seed}", "results.json")
-                if os.path.isfile(path):
-                    runs.append(json.load(open(path)))
-            if not runs:
+def jobs_for(args) -> list[tuple[str, str, int]]:
+    order = {"fused": 0, "lever": 1, "baseline": 2, "control": 3, "member": 4, "plain": 5}
+    jobs = [(t, r, s) for i, s in enumerate(args.seeds) for t in args.tasks for r in args.rows if row_applies(r, t, i)]
+    # seed by seed (a chunk cut off leaves whole seeds), the longest runs first within a seed
+    return sorted(jobs, key=lambda j: (args.seeds.index(j[2]), order[ROWS[j[1]].kind]))
+
+
+# ---- the report -----------------------------------------------------------------------------------------------------
+def load_runs(args, task: str, row: str) -> dict[int, tuple[dict, dict]]:
+    runs = {}
+    for seed in args.seeds:
+        path = run_dir(args, task, row, seed)
+        if os.path.isfile(os.path.join(path, "result.json")):
+            with open(os.path.join(path, "result.json")) as f, np.load(os.path.join(path, "predictions.npz")) as z:
+                runs[seed] = (json.load(f), dict(z))
+    return runs
+
+
+def chosen_epoch(result: dict) -> int:
+    """The epoch (1-based) with the best held-out score; the earliest on ties."""
+    scores = [e["heldout"] for e in result["epochs"]]
+    return 1 + int(np.argmax(scores))
+
+
+def row_table(runs: dict) -> dict:
+    chosen = {s: chosen_epoch(r) for s, (r, _) in runs.items()}
+    entry = {
+        "seeds": sorted(runs),
+        "dev": summarize((r["epochs"][chosen[s] - 1]["dev"] for s, (r, _) in runs.items()), scale=100),
+        "best_dev_epoch": summarize((max(e["dev"] for e in r["epochs"]) for r, _ in runs.values()), scale=100),
+        "heldout": summarize((r["epochs"][chosen[s] - 1]["heldout"] for s, (r, _) in runs.items()), scale=100),
+        "chosen_epochs": [chosen[s] for s in sorted(runs)],
+        "train_seconds": summarize(r["train_seconds"] for r, _ in runs.values())["mean"],
+    }
+    weights = [r["epochs"][chosen[s] - 1].get("dev_fusion_weights") for s, (r, _) in runs.items()]
+    if all(weights):
+        entry["fusion_weights"] = {k: float(np.mean([w[k] for w in weights])) for k in weights[0]}
+    examples = [r.get("fusion_examples") for r, _ in runs.values() if r.get("fusion_examples")]
+    if examples:
+        entry["fusion_examples"] = examples[0]
+    return entry
+
+
+def chosen_outputs(run, split: str) -> np.ndarray:
+    result, arrays = run
+    return arrays[f"{split}_outputs_{chosen_epoch(result)}"]
+
+
+def ensemble_table(spec, member_runs: list[dict], dev: dict) -> tuple[dict, dict]:
+    """The ensemble of the separately tuned members, per seed both members present (each at its own chosen epoch);
+    returns the table entry and the per-seed dev outputs."""
+    seeds = sorted(set.intersection(*(set(r) for r in member_runs)))
+    outputs, heldout = {}, []
+    for seed in seeds:
+        outputs[seed] = ensemble([chosen_outputs(runs[seed], "dev") for runs in member_runs])
+        held = ensemble([chosen_outputs(runs[seed], "heldout") for runs in member_runs])
+        heldout.append(score_outputs(spec, held, dev["heldout_labels"], dev.get("heldout_lengths")))
+    entry = {"seeds": seeds,
+             "dev": summarize((score_outputs(spec, outputs[s], dev["labels"], dev.get("lengths")) for s in seeds),
+                              scale=100),
+             "heldout": summarize(heldout, scale=100)}
+    return entry, outputs
+
+
+def task_report(args, task: str) -> dict | None:
+    spec = get_task(task)
+    rows = {r: load_runs(args, task, r) for r in args.rows}
+    rows = {r: runs for r, runs in rows.items() if runs}
+    if not rows:
+        return None
+    any_run = next(iter(next(iter(rows.values())).values()))[1]
+    dev = {"labels": any_run["dev_labels_1"], "lengths": any_run.get("dev_lengths_1")}
+    table = {r: {**row_table(runs), "kind": ROWS[r].kind, "note": ROWS[r].note} for r, runs in rows.items()}
+    outputs = {r: {s: chosen_outputs(run, "dev") for s, run in runs.items()} for r, runs in rows.items()}
+    if all(m in rows for m in PAIR):
+        held_labels = heldout_labels(args, task)
+        if held_labels is not None:
+            entry, outputs["ensemble"] = ensemble_table(spec, [rows[m] for m in PAIR],
+                                                        {**dev, **held_labels})
+            table["ensemble"] = {**entry, "kind": "ensemble", "note": "mean of the two members' outputs"}
+    report = {"metric": spec.main_metric, "rows": table}
+    # the comparison: best fused row and best baseline, both chosen on the held-out slice
+    fused = [r for r in table if table[r]["kind"] == "fused" and table[r]["heldout"]]
+    members = [r for r in table if table[r]["kind"] == "member"]
+    baselines = [r for r in table if table[r]["kind"] in ("member", "ensemble", "baseline")]
+    if fused and members:
+        best_f = max(fused, key=lambda r: table[r]["heldout"]["mean"])
+        best_m = max(members, key=lambda r: table[r]["heldout"]["mean"])
+        best_b = max(baselines, key=lambda r: table[r]["heldout"]["mean"])
+        comparison = {"fused": best_f, "best_member": best_m, "best_baseline": best_b}
+        for name, other in (("vs_best_member", best_m), ("vs_ensemble", "ensemble" if "ensemble" in table else None),
+                            ("vs_best_baseline", best_b)):
+            if other is None:
                 continue
-            entry = {**summarize(r["best_epoch"]["scores"][0] for r in runs), "kind": kind,
-                     "seeds": args.seeds[:len(runs)],
-                     "final_epoch": summarize(r["final_epoch"]["scores"][0] for r in runs),
-                     "train_seconds": summarize(r["runs"][0]["train_seconds"] for r in runs)["mean"]}
-            weights = mean_by_key(r.get("mean_fusion_weights") for r in runs)
-            if weights:
-                entry["mean_fusion_weights"] = weights
-            table.setdefault(task, {})[model] = entry
-    os.makedirs(args.results, exist_ok=True)
-    with open(os.path.join(args.results, "glue.json"), "w") as f:
-        json.dump(table, f, indent=2)
-    with open(os.path.join(args.results, "glue.md"), "w") as f:
-        f.write(markdown(table, args))
-    return table
+            seeds = sorted(set(outputs[best_f]) & set(outputs[other]))
+            diffs = [100 * (score_outputs(spec, outputs[best_f][s], dev["labels"], dev["lengths"]) -
+                            score_outputs(spec, outputs[other][s], dev["labels"], dev["lengths"])) for s in seeds]
+            comparison[name] = {"against": other, "per_seed": diffs, "seeds_favouring_fusion": sum(d > 0 for d in diffs),
+                                "n_seeds": len(diffs), "mean": float(np.mean(diffs)) if diffs else None}
+        if args.bootstrap and seeds:
+            pairs = [(outputs[best_f][s], outputs[best_b][s]) for s in sorted(set(outputs[best_f]) &
+                                                                              set(outputs[best_b]))]
+            comparison["bootstrap_vs_best_baseline"] = paired_bootstrap(spec, pairs, dev["labels"], dev["lengths"],
+                                                                        n_resamples=args.bootstrap)
+        report["comparison"] = comparison
+    return report
 
 
-def markdown(table: dict, args) -> str:
-    lines = ["# Tuning MiniLM and MPNet together on GLUE", "",
-             f"Best dev epoch, median of {len(args.seeds)} seeds (x100; mean ± std in brackets). "
-             "Final-epoch medians in the second table. Members' mean DME/CDME weight in the last column.", ""]
-    models = list(MODELS)
-    lines.append("| task (metric) | " + " | ".join(models) + " | best member | best fusion - best member |")
-    lines.append("|---" * (len(models) + 3) + "|")
-    for task, rows in table.items():
-        cells = []
-        for m in models:
-            e = rows.get(m)
-            cells.append(f"{e['median']:.1f} ({e['mean']:.1f} ± {e['std']:.1f})" if e else "-")
-        members = [rows[m] for m in ("MiniLM", "MPNet") if m in rows]
-        fused = [rows[m] for m in ("concat", "dme", "cdme") if m in rows]
-        if members and fused:
-            best_m = max(members, key=lambda e: e["median"])
-            best_f = max(fused, key=lambda e: e["median"])
-            gap = best_f["median"] - best_m["median"]
-            verdict = f"{gap:+.1f} ({'> 1 std' if gap > best_m['std'] else 'within 1 std' if gap >= 0 else 'below'})"
-            lines.append(f"| {task} ({get_task(task).metric_display_name}) | " + " | ".join(cells) +
-                         f" | {best_m['median']:.1f} | {verdict} |")
-        else:
-            lines.append(f"| {task} | " + " | ".join(cells) + " | - | - |")
-    lines += ["", "| task | " + " | ".join(models) + " | mean fusion weights (dme; cdme) |", "|---" * (len(models) + 2)
-              + "|"]
-    for task, rows in table.items():
-        cells = [f"{rows[m]['final_epoch']['median']:.1f}" if m in rows else "-" for m in models]
-        w = "; ".join(", ".join(f"{k} {v:.2f}" for k, v in rows[m]["mean_fusion_weights"].items())
-                      for m in ("dme", "cdme") if m in rows and rows[m].get("mean_fusion_weights"))
-        lines.append(f"| {task} | " + " | ".join(cells) + f" | {w} |")
-    times = [f"{task} " + ", ".join(f"{m} {e['train_seconds']:.0f}" for m, e in rows.items())
-             for task, rows in table.items()]
-    lines += ["", "Run time per training (s): " + "; ".join(times)]
+def heldout_labels(args, task: str) -> dict | None:
+    """The held-out slice's gold labels (and sentence lengths for token tasks), read from the data (the runs store
+    only their outputs on it)."""
+    from hf_multiencoder.data.loading import load_task
+    from hf_multiencoder.training.selection import heldout_split
+
+    raw, spec = load_task(task, data_dir=args.data_dir)
+    _, heldout = heldout_split(raw["train"], HELDOUT_FRACTION, seed=0)
+    if args.max_samples:
+        heldout = heldout.select(range(min(args.max_samples, len(heldout))))
+    if spec.kind == "token":
+        return {"heldout_labels": np.concatenate([np.asarray(t) for t in heldout["ner_tags"]]),
+                "heldout_lengths": np.array([len(t) for t in heldout["ner_tags"]])}
+    return {"heldout_labels": np.asarray(heldout["label"])}
+
+
+def fmt(summary: dict) -> str:
+    return f"{summary['median']:.1f} ({summary['mean']:.1f} ± {summary['std']:.1f}, n={summary['n']})" if summary \
+        else "-"
+
+
+def markdown(reports: dict, args) -> str:
+    lines = ["# Fine-tuning MiniLM and MPNet together: GLUE and WNUT-17", "",
+             "Protocol: `scripts/glue_sweep.py` (docs/studies.md). Epoch chosen on a fixed 10% slice of the training "
+             "set; scores x100 on the dev set (WNUT-17: test set), median (mean ± std over seeds, n seeds).", ""]
+    for task, rep in reports.items():
+        spec = get_task(task)
+        lines += [f"## {task} ({spec.metric_display_name})", "",
+                  "| row | what | dev at the chosen epoch | best dev epoch | held-out | chosen epochs | train s | "
+                  "fusion weights |", "|---|---|---|---|---|---|---|---|"]
+        for name, e in rep["rows"].items():
+            weights = ", ".join(f"{k} {v:.2f}" for k, v in e.get("fusion_weights", {}).items())
+            lines.append(f"| {name} | {e['note']} | {fmt(e['dev'])} | {fmt(e.get('best_dev_epoch'))} | "
+                         f"{fmt(e['heldout'])} | {' '.join(map(str, e.get('chosen_epochs', []))) or '-'} | "
+                         f"{e['train_seconds']:.0f} |" if "train_seconds" in e else
+                         f"| {name} | {e['note']} | {fmt(e['dev'])} | - | {fmt(e['heldout'])} | - | - | |")
+            if "train_seconds" in e:
+                lines[-1] += f" {weights} |"
+        comp = rep.get("comparison")
+        if comp:
+            lines.append("")
+            for key in ("vs_best_member", "vs_ensemble", "vs_best_baseline"):
+                if key in comp:
+                    c = comp[key]
+                    lines.append(f"- {comp['fused']} minus {c['against']} ({key.split('_', 1)[1].replace('_', ' ')}"
+                                 f", chosen on the held-out slice): per seed "
+                                 f"{', '.join(f'{d:+.1f}' for d in c['per_seed'])}; mean {c['mean']:+.1f}; "
+                                 f"{c['seeds_favouring_fusion']} of {c['n_seeds']} seeds favour fusion.")
+            if "bootstrap_vs_best_baseline" in comp:
+                b = comp["bootstrap_vs_best_baseline"]
+                lines.append(f"- Paired bootstrap ({b['n_resamples']} resamples of the dev set, mean over seeds): "
+                             f"{b['mean']:+.1f} [{b['low']:+.1f}, {b['high']:+.1f}] (95%).")
+        examples = next((e["fusion_examples"] for e in rep["rows"].values() if e.get("fusion_examples")), None)
+        if examples:
+            lines += ["", "Fusion weights of the fine-tuned DME model (final epoch, first seed):", ""]
+            for sentence, pred, w in zip(examples["Sentences"], examples["Predictions"], examples["DME scores"]):
+                lines.append(f"- {sentence!r} -> {pred}: " + ", ".join(f"{k} {v:.2f}" for k, v in w.items()))
+        lines.append("")
+    total = sum(e["train_seconds"] * len(e["seeds"]) for rep in reports.values() for e in rep["rows"].values()
+                if "train_seconds" in e)
+    lines.append(f"Total training time of the runs in this table: {total / 3600:.2f} hours.")
     return "\n".join(lines) + "\n"
 
 
-def main():
+def write_report(args) -> dict:
+    reports = {t: r for t in args.tasks if (r := task_report(args, t))}
+    os.makedirs(args.results, exist_ok=True)
+    with open(os.path.join(args.results, "glue_finetuned.json"), "w") as f:
+        json.dump({"protocol": {"heldout_fraction": HELDOUT_FRACTION, **BUDGET,
+                                "max_seq_length": args.max_seq_length, "max_samples": args.max_samples,
+                                "seeds": args.seeds},
+                   "tasks": reports}, f, indent=1)
+    text = markdown(reports, args)
+    with open(os.path.join(args.results, "glue_finetuned.md"), "w") as f:
+        f.write(text)
+    return reports
+
+
+def main(argv: list[str] | None = None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tasks", nargs="+", default=["cola", "stsb", "mrpc", "rte"])
-    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    ap.add_argument("--tasks", nargs="+", default=[*GLUE, "wnut17"])
+    ap.add_argument("--rows", nargs="+", default=DEFAULT_ROWS, choices=list(ROWS))
     ap.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3, 4, 5])
-    ap.add_argument("--workers", type=int, default=4)
-    ap.add_argument("--bf16", action="store_true")
+    ap.add_argument("--workers", type=int, default=1, help="Runs at once (each its own process).")
+    ap.add_argument("--member", action="append", default=[], help="NAME=PATH: load member NAME from PATH.")
     ap.add_argument("--data_dir", default=None)
-    ap.add_argument("--member", action="append", default=[], help="NAME=PATH: load member NAME from PATH")
-    ap.add_argument("--runs_dir", default=os.path.join(REPO, "runs", "glue"))
+    ap.add_argument("--fast_path", default="auto", choices=["auto", "off"])
+    ap.add_argument("--device", default="auto", choices=["auto", "cpu"], help="cpu: never use a GPU.")
+    ap.add_argument("--runs_dir", default=os.path.join(REPO, "runs", "glue_finetuned"))
     ap.add_argument("--results", default=os.path.join(REPO, "results"))
-    ap.add_argument("--aggregate_only", action="store_true")
-    ap.add_argument("extra", nargs=argparse.REMAINDER, help="after --: arguments passed to every run")
-    args = ap.parse_args()
-    args.extra = [a for a in args.extra if a != "--"]
-    if not args.aggregate_only:
-        # Longest jobs first (fused CoLA/STS-B), so the pool ends evenly.
-        order = {"cola": 0, "stsb": 1, "mrpc": 2, "rte": 3}
-        jobs = sorted(((t, m, s) for s in args.seeds for t in args.tasks for m in args.models),
-                      key=lambda j: (j[2], order.get(j[0], 9), MODELS[j[1]][2] != "fused"))
+    ap.add_argument("--bootstrap", type=int, default=1000, help="Bootstrap resamples (0: none).")
+    ap.add_argument("--max_seq_length", type=int, default=BUDGET["max_seq_length"])
+    ap.add_argument("--report_only", action="store_true")
+    ap.add_argument("--max_samples", type=int, default=None,
+                    help="Use only the first N examples of each split: a quick check of the machinery, not a result.")
+    ap.add_argument("--job", nargs=3, metavar=("TASK", "ROW", "SEED"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    args.runs_dir = os.path.abspath(args.runs_dir)
+    for task in args.tasks:
+        get_task(task)  # an unknown task fails here, naming the known ones
+    if args.job:
+        logging.basicConfig(level=logging.WARNING)
+        task, row, seed = args.job
+        run_one(task, row, int(seed), args)
+        return
+    member_paths(args)
+    if not args.report_only:
+        jobs = jobs_for(args)
         start = time.time()
+        print(f"{len(jobs)} runs; {args.workers} at once", flush=True)
         with ThreadPoolExecutor(args.workers) as pool:
-            for line in pool.map(lambda j: run_job(*j, args), jobs):
+            for line in pool.map(lambda j: launch(j, args), jobs):
                 print(f"[{time.time() - start:6.0f}s] {line}", flush=True)
-    table = aggregate(args)
-    print(markdown(table, args))
+    write_report(args)
+    print(open(os.path.join(args.results, "glue_finetuned.md")).read())
 
 
 if __name__ == "__main__":

@@ -1,0 +1,144 @@
+"""Honest model selection: a held-out slice of the training data to choose the epoch on, every epoch's predictions on
+the sets a study reports, ensembles of separately trained runs, and a paired bootstrap interval.
+
+`scripts/glue_sweep.py` is built on it: each run trains on 90% of a task's training set, [`EpochPredictions`] stores
+the predictions on the held-out 10% (where the epoch is chosen) and on the dev set (which is only reported) after
+every epoch, and the report computes the ensembles of separately tuned members and the bootstrap from the stored
+predictions, without training again. Training-side code: not shipped with the weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+from transformers import TrainerCallback
+
+from ..data.tasks import TaskSpec
+from .metrics import _split_outputs, compute_task_metrics, main_metric_value
+
+
+def heldout_split(dataset, fraction: float = 0.1, seed: int = 0):
+    """`(train, heldout)`: a fixed `fraction` of `dataset` held out for choosing the epoch (and any rate).
+
+    The slice depends on `seed` alone, never on the run's seed, so every row and seed of a study chooses on the same
+    examples and trains on the same rest.
+    """
+    if not 0 < fraction < 1:
+        raise ValueError(f"The held-out fraction must be between 0 and 1 (exclusive), got {fraction}.")
+    n_heldout = max(1, round(len(dataset) * fraction))
+    if n_heldout >= len(dataset):
+        raise ValueError(f"A training set of {len(dataset)} examples is too small to hold out {fraction:.0%} of it.")
+    order = np.random.default_rng(seed).permutation(len(dataset))
+    heldout, train = np.sort(order[:n_heldout]), np.sort(order[n_heldout:])
+    return dataset.select(train), dataset.select(heldout)
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    x = x - x.max(axis=-1, keepdims=True)
+    e = np.exp(x)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def prediction_arrays(predictions, label_ids, spec: TaskSpec, num_members: int | None = None) -> dict:
+    """A `Trainer.predict` output as flat arrays a study can average and score.
+
+    Sequence tasks: `{"outputs": (n, labels) probabilities or (n,) scores, "labels": (n,)}`. Token tasks, one row
+    per gold word: `{"outputs": (words, labels) probabilities, "labels": (words,), "lengths": (n,)}`; a word no member
+    saw (all cut it off) gets the probability 1 for "O", as `word_tags` tags it. With `num_members`, `"weights"`: each
+    member's fusion weight per example (per word), when the model returns them.
+    """
+    logits, weights, word_mask = _split_outputs(predictions, spec, num_members)
+    labels = np.asarray(label_ids[0] if isinstance(label_ids, (tuple, list)) else label_ids)
+    logits = logits.astype(np.float64)
+    if spec.kind == "token":
+        keep = labels != -100
+        probs = _softmax(logits[:, :keep.shape[1]])
+        if word_mask is not None:
+            unseen = (np.asarray(word_mask)[:, :keep.shape[1]] == 0)
+            probs[unseen] = np.eye(probs.shape[-1])[spec.label_list.index("O")]
+        out = {"outputs": probs[keep], "labels": labels[keep], "lengths": keep.sum(axis=1)}
+        if weights is not None:
+            out["weights"] = np.asarray(weights)[:, :keep.shape[1]][keep]
+        return out
+    outputs = logits.reshape(-1) if spec.is_regression else _softmax(logits)
+    out = {"outputs": outputs, "labels": labels.reshape(-1) if spec.is_regression else labels}
+    if weights is not None:
+        out["weights"] = np.asarray(weights)
+    return out
+
+
+def score_outputs(spec: TaskSpec, outputs: np.ndarray, labels: np.ndarray, lengths: np.ndarray | None = None,
+                  index: np.ndarray | None = None) -> float:
+    """The task's main metric of flat `outputs` (probabilities or scores) against `labels`; `index` picks examples
+    (sentences for token tasks, with repeats: the bootstrap)."""
+    if spec.kind == "token":
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        pred, gold = outputs.argmax(-1), labels
+        rows = range(len(lengths)) if index is None else index
+        pred_tags = [[spec.label_list[i] for i in pred[starts[r]:starts[r] + lengths[r]]] for r in rows]
+        true_tags = [[spec.label_list[i] for i in gold[starts[r]:starts[r] + lengths[r]]] for r in rows]
+        return main_metric_value(spec, compute_task_metrics(spec, pred_tags, true_tags))
+    if index is not None:
+        outputs, labels = outputs[index], labels[index]
+    return main_metric_value(spec, compute_task_metrics(spec, outputs, labels))
+
+
+class EpochPredictions(TrainerCallback):
+    """After every epoch, predict each named dataset and keep `prediction_arrays` of it (in `self.epochs`, one dict
+    `{name: arrays}` per epoch). Give it the trainer once built: `callback.trainer = trainer`."""
+
+    def __init__(self, datasets: Mapping[str, object], spec: TaskSpec, num_members: int | None = None,
+                 on_epoch: Callable[[int, dict], None] | None = None):
+        self.datasets, self.spec, self.num_members, self.on_epoch = dict(datasets), spec, num_members, on_epoch
+        self.trainer = None
+        self.epochs: list[dict] = []
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        if self.trainer is None:
+            raise RuntimeError("EpochPredictions needs the trainer: set `callback.trainer = trainer` after building "
+                               "it.")
+        arrays = {}
+        for name, dataset in self.datasets.items():
+            out = self.trainer.predict(dataset, metric_key_prefix=name)
+            arrays[name] = prediction_arrays(out.predictions, out.label_ids, self.spec, self.num_members)
+        self.epochs.append(arrays)
+        if self.on_epoch is not None:
+            self.on_epoch(len(self.epochs), arrays)
+        return control
+
+
+def ensemble(outputs: Sequence[np.ndarray]) -> np.ndarray:
+    """The ensemble of separately trained runs: the mean of their probabilities (the mean prediction for
+    regression; word-level probabilities for token tasks)."""
+    shapes = {o.shape for o in outputs}
+    if len(shapes) != 1:
+        raise ValueError(f"Only runs predicting the same examples can be ensembled; got outputs of shapes {shapes}.")
+    return np.mean(np.stack(outputs), axis=0)
+
+
+def paired_bootstrap(spec: TaskSpec, pairs: Sequence[tuple[np.ndarray, np.ndarray]], labels: np.ndarray,
+                     lengths: np.ndarray | None = None, n_resamples: int = 1000, seed: int = 0,
+                     confidence: float = 0.95) -> dict:
+    """A paired bootstrap interval of `score(a) - score(b)`, averaged over seeds, on resampled dev examples.
+
+    `pairs`: one `(outputs_a, outputs_b)` per seed, both predicting the same examples. Each resample draws the
+    examples (sentences for token tasks) with replacement once and scores every seed's pair on it, so the interval
+    reflects the dev set's sampling as well as the seeds. Returns `{"mean", "low", "high", "p_a_not_better"}` (x100).
+    """
+    n = len(lengths) if spec.kind == "token" else len(labels)
+    rng = np.random.default_rng(seed)
+
+    def diff(index):
+        return float(np.mean([score_outputs(spec, a, labels, lengths, index) -
+                              score_outputs(spec, b, labels, lengths, index) for a, b in pairs]))
+
+    observed = diff(None)
+    draws = np.array([diff(rng.integers(0, n, n)) for _ in range(n_resamples)])
+    tail = (1 - confidence) / 2
+    return {"mean": 100 * observed, "low": 100 * float(np.quantile(draws, tail)),
+            "high": 100 * float(np.quantile(draws, 1 - tail)), "p_a_not_better": float(np.mean(draws <= 0)),
+            "n_resamples": n_resamples}
+
+
+__all__ = ["EpochPredictions", "ensemble", "heldout_split", "paired_bootstrap", "prediction_arrays", "score_outputs"]
