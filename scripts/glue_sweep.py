@@ -120,6 +120,7 @@ def run_one(task: str, row_name: str, seed: int, args) -> None:
     from hf_multiencoder.data.loading import load_task, tokenize_task
     from hf_multiencoder.training.fast_path import apply_fast_path
     from hf_multiencoder.training.optimization import create_multiencoder_optimizer
+    from hf_multiencoder.training.runs import check_finite_weights
     from hf_multiencoder.training.selection import EpochPredictions, heldout_split
 
     row = ROWS[row_name]
@@ -154,7 +155,8 @@ def run_one(task: str, row_name: str, seed: int, args) -> None:
         labels["problem_type"] = "regression" if spec.is_regression else "single_label_classification"
     pad = 8 if training_args.bf16 else None
     if plain:
-        model = AutoModelForSequenceClassification.from_pretrained(paths[names[0]], **labels)
+        # float32 weights whatever the checkpoint stores, as `from_encoders` loads the members
+        model = AutoModelForSequenceClassification.from_pretrained(paths[names[0]], dtype=torch.float32, **labels)
         optimizers, collator = (None, None), DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad)
     else:
         model_cls = MultiEncoderForTokenClassification if spec.kind == "token" else \
@@ -176,6 +178,7 @@ def run_one(task: str, row_name: str, seed: int, args) -> None:
     start = time.time()
     train_output = trainer.train()
     seconds = time.time() - start
+    check_finite_weights(model, f"{task}/{row_name}/seed {seed}")  # a diverged run fails; it is never scored
 
     arrays, result = {}, {"task": spec.name, "row": row_name, "seed": seed, "members": names,
                           "train_seconds": round(seconds, 1), "train_loss": train_output.training_loss,
@@ -244,18 +247,26 @@ def load_runs(args, task: str, row: str) -> dict[int, tuple[dict, dict]]:
 
 
 def chosen_epoch(result: dict) -> int:
-    """The epoch (1-based) with the best held-out score; the earliest on ties."""
-    scores = [e["heldout"] for e in result["epochs"]]
+    """The epoch (1-based) with the best held-out score; the earliest on ties. An undefined score (a correlation of
+    constant predictions is NaN) is never chosen over a defined one."""
+    scores = [e["heldout"] if np.isfinite(e["heldout"]) else -np.inf for e in result["epochs"]]
     return 1 + int(np.argmax(scores))
+
+
+def finite(values) -> list[float]:
+    """The defined scores (NaN: a correlation of constant predictions); `summarize` counts them in `n`."""
+    return [v for v in values if np.isfinite(v)]
 
 
 def row_table(runs: dict) -> dict:
     chosen = {s: chosen_epoch(r) for s, (r, _) in runs.items()}
     entry = {
         "seeds": sorted(runs),
-        "dev": summarize((r["epochs"][chosen[s] - 1]["dev"] for s, (r, _) in runs.items()), scale=100),
-        "best_dev_epoch": summarize((max(e["dev"] for e in r["epochs"]) for r, _ in runs.values()), scale=100),
-        "heldout": summarize((r["epochs"][chosen[s] - 1]["heldout"] for s, (r, _) in runs.items()), scale=100),
+        "dev": summarize(finite(r["epochs"][chosen[s] - 1]["dev"] for s, (r, _) in runs.items()), scale=100),
+        "best_dev_epoch": summarize(finite(max(finite(e["dev"] for e in r["epochs"]), default=np.nan)
+                                           for r, _ in runs.values()), scale=100),
+        "heldout": summarize(finite(r["epochs"][chosen[s] - 1]["heldout"] for s, (r, _) in runs.items()),
+                             scale=100),
         "chosen_epochs": [chosen[s] for s in sorted(runs)],
         "train_seconds": summarize(r["train_seconds"] for r, _ in runs.values())["mean"],
     }
@@ -305,7 +316,9 @@ def task_report(args, task: str) -> dict | None:
             entry, outputs["ensemble"] = ensemble_table(spec, [rows[m] for m in PAIR],
                                                         {**dev, **held_labels})
             table["ensemble"] = {**entry, "kind": "ensemble", "note": "mean of the two members' outputs"}
-    report = {"metric": spec.main_metric, "rows": table}
+    report = {"metric": spec.main_metric, "rows": table,
+              "hardware": sorted({f"{r['gpu'] or r['device']} ({'bf16 autocast' if r['precision']['bf16'] else 'fp32'})"
+                                  for runs in rows.values() for r, _ in runs.values()})}
     # the comparison: best fused row and best baseline, both chosen on the held-out slice
     fused = [r for r in table if table[r]["kind"] == "fused" and table[r]["heldout"]]
     members = [r for r in table if table[r]["kind"] == "member"]
@@ -358,6 +371,11 @@ def markdown(reports: dict, args) -> str:
     lines = ["# Fine-tuning MiniLM and MPNet together: GLUE and WNUT-17", "",
              "Protocol: `scripts/glue_sweep.py` (docs/studies.md). Epoch chosen on a fixed 10% slice of the training "
              "set; scores x100 on the dev set (WNUT-17: test set), median (mean ± std over seeds, n seeds).", ""]
+    hardware = sorted({rep_run for rep in reports.values() for rep_run in rep.get("hardware", [])})
+    if hardware:
+        lines += [f"Runs on: {'; '.join(hardware)}.", ""]
+    if args.max_samples:
+        lines += [f"**A quick check of the machinery (`--max_samples {args.max_samples}`), not a result.**", ""]
     for task, rep in reports.items():
         spec = get_task(task)
         lines += [f"## {task} ({spec.metric_display_name})", "",
@@ -365,12 +383,10 @@ def markdown(reports: dict, args) -> str:
                   "fusion weights |", "|---|---|---|---|---|---|---|---|"]
         for name, e in rep["rows"].items():
             weights = ", ".join(f"{k} {v:.2f}" for k, v in e.get("fusion_weights", {}).items())
+            epochs = " ".join(map(str, e.get("chosen_epochs", []))) or "-"
+            seconds = f"{e['train_seconds']:.0f}" if "train_seconds" in e else "-"
             lines.append(f"| {name} | {e['note']} | {fmt(e['dev'])} | {fmt(e.get('best_dev_epoch'))} | "
-                         f"{fmt(e['heldout'])} | {' '.join(map(str, e.get('chosen_epochs', []))) or '-'} | "
-                         f"{e['train_seconds']:.0f} |" if "train_seconds" in e else
-                         f"| {name} | {e['note']} | {fmt(e['dev'])} | - | {fmt(e['heldout'])} | - | - | |")
-            if "train_seconds" in e:
-                lines[-1] += f" {weights} |"
+                         f"{fmt(e['heldout'])} | {epochs} | {seconds} | {weights} |")
         comp = rep.get("comparison")
         if comp:
             lines.append("")

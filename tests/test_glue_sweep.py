@@ -1,54 +1,75 @@
-"""scripts/glue_sweep.py (the seed experiment's sweep) on the CPU with tiny members and slices of real GLUE: it runs
-the shipped configs in parallel, writes results/glue.{json,md} in the issue's shape, and resumes without redoing
-finished runs."""
+"""scripts/glue_sweep.py (the fine-tuned protocol) on the CPU with tiny members and slices of real data: each run
+chooses its epoch on the held-out slice and stores its predictions, the report adds the ensemble of the separately
+tuned members and the comparisons, and a second call resumes without redoing finished runs."""
 
 import json
 import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 SCRIPT = os.path.join(REPO_ROOT, "scripts", "glue_sweep.py")
+ENV = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
 
 
 def sweep(tiny_paths, shared_data, tmp_path, *extra):
-    cmd = [sys.executable, SCRIPT, "--tasks", "cola", "stsb", "--models", "MiniLM", "MPNet", "dme", "--seeds", "1",
-           "2", "--workers", "2", "--data_dir", shared_data, "--member", f"MiniLM={tiny_paths[0]}",
+    cmd = [sys.executable, SCRIPT, "--tasks", "cola", "wnut17", "--rows", "MiniLM", "MPNet", "dme", "plain_MiniLM",
+           "--seeds", "1", "2", "--workers", "2", "--data_dir", shared_data, "--member", f"MiniLM={tiny_paths[0]}",
            "--member", f"MPNet={tiny_paths[1]}", "--runs_dir", str(tmp_path / "runs"), "--results",
-           str(tmp_path / "results"), *extra, "--", "--max_train_samples", "32", "--max_eval_samples", "32",
-           "--num_train_epochs", "2", "--per_device_train_batch_size", "16", "--max_seq_length", "32",
-           "--use_cpu", "true", "--report_to", "none"]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-               OMP_NUM_THREADS="1")
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=REPO_ROOT)
+           str(tmp_path / "results"), "--max_samples", "48", "--max_seq_length", "48", "--bootstrap", "20", *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=ENV, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout
 
 
 @pytest.mark.slow  # a subprocess or a compile: run by `make test`, skipped by `make test-fast`
-def test_sweep_writes_the_table_and_resumes(tiny_paths, shared_data, tmp_path):
+def test_sweep_chooses_on_the_heldout_slice_reports_baselines_and_resumes(tiny_paths, shared_data, tmp_path):
     out = sweep(tiny_paths, shared_data, tmp_path)
-    assert out.count(": ok in ") == 12, out
-    table = json.loads((tmp_path / "results" / "glue.json").read_text())
-    assert set(table) == {"cola", "stsb"}
-    for task, rows in table.items():
-        assert set(rows) == {"MiniLM", "MPNet", "dme"}
-        for model, entry in rows.items():
-            assert entry["kind"] == ("fused" if model == "dme" else "member")
-            assert len(entry["scores"]) == 2 and all(-100 <= s <= 100 for s in entry["scores"])
-            assert sorted(entry["scores"])[0] <= entry["median"] <= sorted(entry["scores"])[1]
-            assert {"mean", "std", "final_epoch", "train_seconds"} <= set(entry)
-            run = json.loads((tmp_path / "runs" / task / model / "seed_1" / "results.json").read_text())
-            assert entry["scores"][0] == run["best_epoch"]["scores"][0]  # the best dev epoch, x100
-        weights = rows["dme"]["mean_fusion_weights"]
+    # plain transformers runs sequence tasks once (first seed); NER has no plain row
+    assert out.count(": ok in ") == 3 * 2 * 2 + 1, out
+    report = json.loads((tmp_path / "results" / "glue_finetuned.json").read_text())
+    assert report["protocol"]["heldout_fraction"] == 0.1 and report["protocol"]["max_samples"] == 48
+    tasks = report["tasks"]
+    assert set(tasks) == {"cola", "wnut17"}
+    for task, rep in tasks.items():
+        rows = rep["rows"]
+        assert set(rows) == {"MiniLM", "MPNet", "dme", "ensemble"} | ({"plain_MiniLM"} if task == "cola" else set())
+        for name in ("MiniLM", "MPNet", "dme"):
+            run = json.loads((tmp_path / "runs" / task / name / "seed_1" / "result.json").read_text())
+            held = [e["heldout"] for e in run["epochs"]]
+            chosen = 1 + int(np.argmax(held))
+            assert rows[name]["chosen_epochs"][0] == chosen
+            # the reported score is the dev score at the epoch chosen on the held-out slice, not the best dev epoch
+            assert rows[name]["dev"]["scores"][0] == pytest.approx(100 * run["epochs"][chosen - 1]["dev"])
+            assert rows[name]["best_dev_epoch"]["scores"][0] == pytest.approx(100 * max(e["dev"] for e in
+                                                                                      run["epochs"]))
+            assert run["sizes"]["heldout"] == run["sizes"]["train"] == 48
+        weights = rows["dme"]["fusion_weights"]
         assert set(weights) == {"MiniLM", "MPNet"} and abs(sum(weights.values()) - 1) < 1e-4
-    md = (tmp_path / "results" / "glue.md").read_text()
-    assert "| cola (MCC) |" in md and "| stsb (Spearman) |" in md
+        assert rows["ensemble"]["seeds"] == [1, 2]
+        comp = rep["comparison"]
+        assert comp["fused"] == "dme" and comp["vs_ensemble"]["against"] == "ensemble"
+        assert comp["vs_best_member"]["n_seeds"] == 2 and len(comp["vs_best_member"]["per_seed"]) == 2
+        boot = comp["bootstrap_vs_best_baseline"]
+        assert boot["low"] <= boot["high"] and boot["n_resamples"] == 20
+    assert "fusion_examples" in tasks["cola"]["rows"]["dme"]  # the seed's sentences with their weights
+    md = (tmp_path / "results" / "glue_finetuned.md").read_text()
+    assert "## cola (MCC)" in md and "## wnut17" in md and "not a result" in md and "Runs on: cpu (fp32)" in md
 
-    # a second call finds every run finished and only rewrites the tables
+    # a cut-off run (no result.json) is rerun from the start; finished runs are skipped
+    os.remove(tmp_path / "runs" / "cola" / "dme" / "seed_2" / "result.json")
     again = sweep(tiny_paths, shared_data, tmp_path)
-    assert again.count("skip ") == 12 and ": ok in " not in again
-    assert json.loads((tmp_path / "results" / "glue.json").read_text()) == table
+    assert again.count(": ok in ") == 1 and again.count("skip ") == 12, again
+    assert "cola/dme/seed 2: ok" in again
+
+
+def test_sweep_refuses_unknown_members_and_tasks(tmp_path):
+    proc = subprocess.run([sys.executable, SCRIPT, "--member", "BERT=/x", "--report_only", "--runs_dir",
+                           str(tmp_path)], capture_output=True, text=True, env=ENV, cwd=REPO_ROOT)
+    assert proc.returncode != 0 and "--member takes NAME=PATH with NAME one of MiniLM, MPNet" in proc.stderr
+    proc = subprocess.run([sys.executable, SCRIPT, "--tasks", "colaa", "--report_only", "--runs_dir", str(tmp_path)],
+                          capture_output=True, text=True, env=ENV, cwd=REPO_ROOT)
+    assert proc.returncode != 0 and "colaa" in proc.stderr

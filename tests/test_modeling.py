@@ -157,6 +157,19 @@ def test_config_stores_members_and_rebuilds_without_checkpoints(dme_model, tiny_
     assert [type(m).__name__ for m in model.encoders] == ["BertModel", "RobertaModel", "DistilBertModel"]
 
 
+def test_half_precision_members_load_in_float32(tiny_paths, tmp_path):
+    """A member checkpoint stored in fp16 (common on the Hub) trains with fp32 weights: transformers 5 would load it
+    as stored, and fp16 weights without loss scaling lose small updates and turn the gradients to NaN."""
+    half = str(tmp_path / "half-bert")
+    AutoModel.from_pretrained(tiny_paths[0]).half().save_pretrained(half)
+    model = MultiEncoderForSequenceClassification.from_encoders([half, tiny_paths[1]], num_labels=2)
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    # asked for, another dtype is honoured
+    model = MultiEncoderForSequenceClassification.from_encoders([half], num_labels=2,
+                                                                encoder_kwargs={"dtype": torch.float16})
+    assert {p.dtype for p in model.base_model.encoders[0].parameters()} == {torch.float16}
+
+
 def test_encoder_dropout_override(tiny_paths):
     model = build(tiny_paths, encoder_dropout=[0.3, None, 0.5])
     members = model.multiencoder.encoders

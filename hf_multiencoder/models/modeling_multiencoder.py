@@ -409,6 +409,10 @@ class MultiEncoderPreTrainedModel(MultiEncoderEmbeddingMixin, PreTrainedModel):
 
         Each member is loaded once, with its dropout override (``encoder_dropout``) already in its config, and becomes
         part of the model as it is (no random copy, no weight copying): only the fusion and the head are new.
+        Members load in float32, whatever dtype their checkpoint was saved in: a half-precision checkpoint (common on
+        the Hub) would otherwise load as stored (transformers 5 reads ``dtype="auto"``) and fine-tune without fp32
+        master weights, which loses small updates and can turn the gradients to NaN; mixed precision belongs to the
+        Trainer (``--bf16``). ``encoder_kwargs={"dtype": ...}`` loads them otherwise.
         ``kwargs`` go to the config (``fusion=``, ``pooling=``, ``num_labels=``, ``id2label=``, ...).
         """
         if isinstance(encoders, str) or not encoders:
@@ -423,7 +427,7 @@ class MultiEncoderPreTrainedModel(MultiEncoderEmbeddingMixin, PreTrainedModel):
             member_config = AutoConfig.from_pretrained(name, **encoder_kwargs)
             if dropout is not None:
                 set_member_dropout(member_config, dropout)
-            members.append(AutoModel.from_pretrained(name, config=member_config, **encoder_kwargs))
+            members.append(AutoModel.from_pretrained(name, config=member_config, **_member_dtype(encoder_kwargs)))
         if "tokenizer_fingerprints" not in kwargs:
             kwargs["tokenizer_fingerprints"] = _member_tokenizer_fingerprints(encoders, encoder_kwargs)
         config = cls.config_class.from_encoder_configs(
@@ -432,6 +436,13 @@ class MultiEncoderPreTrainedModel(MultiEncoderEmbeddingMixin, PreTrainedModel):
         model = cls(config, encoders=members)
         model.base_model._untrained_fusion = config.fusion != "concat"  # `encode` warns until a training step
         return model
+
+
+def _member_dtype(encoder_kwargs: dict) -> dict:
+    """`encoder_kwargs` with float32 weights unless they name a dtype (`from_encoders`)."""
+    if "dtype" in encoder_kwargs or "torch_dtype" in encoder_kwargs:
+        return encoder_kwargs
+    return {**encoder_kwargs, "dtype": torch.float32}
 
 
 def _member_tokenizer_fingerprints(encoders, encoder_kwargs) -> list[str | None] | None:
