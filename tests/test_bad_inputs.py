@@ -19,6 +19,7 @@ from hf_multiencoder import (
     MultiEncoderConfig,
     MultiEncoderForSequenceClassification,
     MultiEncoderModel,
+    MultiEncoderForTokenClassification,
     MultiEncoderTokenizer,
     load_task,
 )
@@ -436,3 +437,47 @@ def test_real_task_loads_with_one_call(shared_data):
     dataset, spec = load_task("wnut17", data_dir=shared_data)
     assert read_conll(os.path.join(shared_data, "wnut17", "wnut17train.conll"))[0][0][0] == "@paulwalk"
     assert spec.kind == "token" and len(dataset["train"]) == 3394
+
+
+# ---- rule 5 (second pass): errors from deep inside a library now name the problem ----------------------------------
+def test_a_missing_local_member_folder_is_named(tiny_paths, tmp_path):
+    missing = str(tmp_path / "no_such_member")
+    for load in (lambda: MultiEncoderTokenizer.from_encoders([missing, tiny_paths[0]]),
+                 lambda: MultiEncoderForSequenceClassification.from_encoders([tiny_paths[0], missing], num_labels=2),
+                 lambda: MultiEncoderTokenizer.from_encoders(["./no_such_member"])):
+        with pytest.raises(OSError, match="no such folder .*Give the folder of a saved model"):
+            load()
+
+
+def _ner_folder(pair, tiny_paths, tmp_path):
+    model = MultiEncoderForTokenClassification.from_encoders(tiny_paths[:2], encoder_names=NAMES, num_labels=3,
+                                                             id2label={0: "O", 1: "B-x", 2: "I-x"})
+    folder = str(tmp_path / "ner")
+    model.save_pretrained(folder)
+    pair[1].save_pretrained(folder)  # the multi-tokenizer
+    return folder
+
+
+def test_stock_pipelines_on_a_tagger_fail_naming_the_right_way(pair, tiny_paths, tmp_path):
+    from transformers import pipeline
+
+    folder = _ner_folder(pair, tiny_paths, tmp_path)
+    tagger = pipeline("token-classification", model=folder, trust_remote_code=True)
+    with pytest.raises(ValueError, match=r"To tag words, use `model.predict_tags\(tokenizer, sentences\)`"):
+        tagger("Paris is in France")
+    # rule 4: a text classifier is never built from a tagger (no tag returned as a label)
+    with pytest.raises(ValueError, match="saved as a MultiEncoderForTokenClassification, not a "
+                                         "MultiEncoderForSequenceClassification"):
+        pipeline("text-classification", model=folder, trust_remote_code=True)
+
+
+@pytest.mark.parametrize("name", ["corpus.txt", "corpus.csv"])
+def test_a_corpus_that_is_not_utf8_names_the_file_and_line(tmp_path, name):
+    from hf_multiencoder.data.corpus import read_text_file
+
+    path = tmp_path / name
+    header = b"text\n" if name.endswith(".csv") else b""
+    path.write_bytes(header + b"good line\ncaf\xe9 au lait\n")
+    line = 3 if header else 2
+    with pytest.raises(ValueError, match=rf"{name}, line {line}: not UTF-8 .*Save the file as UTF-8"):
+        read_text_file(str(path))

@@ -196,3 +196,23 @@ def test_several_poolings_from_one_pass(tiny_paths, tokenizer, dataset, tmp_path
         select_pooling(cached, "last4_mean")
     with pytest.raises(ValueError, match="Unknown pooling 'max'"):
         add_member_features(dataset, probe, members=[0], poolings=["max"])
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+def test_a_damaged_cache_file_is_named_and_rebuilt(tiny_paths, dataset, tmp_path, caplog, damage):
+    """A cache file cut off (a kill, a full disk) or overwritten is deleted with a warning naming it and computed again;
+    before, every rerun failed inside pyarrow until the file was deleted by hand."""
+    model = build(tiny_paths, frozen=(1,))
+    first = add_member_features(dataset, model, members=[1], batch_size=4, cache_dir=tmp_path)
+    expected = first[3]["encoder_features"]
+    del first  # it maps the file: damage a new file in its place, not the mapped pages
+    (path,) = [p for p in tmp_path.iterdir() if p.name.startswith("member-features-")]
+    data = path.read_bytes()
+    path.unlink()
+    path.write_bytes(data[: len(data) // 2] if damage == "truncated" else b"\0" * len(data))
+    counter = CallCounter(model.multiencoder.encoders[1])
+    with caplog.at_level("WARNING"):
+        again = add_member_features(dataset, model, members=[1], batch_size=4, cache_dir=tmp_path)
+    assert f"The feature cache file {path} is damaged" in caplog.text
+    assert counter.calls == 4  # computed again
+    assert again[3]["encoder_features"] == expected

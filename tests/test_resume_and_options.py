@@ -241,6 +241,18 @@ def test_no_training_at_all_is_refused(script, epochs, tiny_paths, data, shared_
     assert not out.exists() or not os.listdir(out)
 
 
+@pytest.mark.parametrize("script", ["run_glue_multi", "run_multitask"])
+def test_no_accumulated_batch_is_refused(script, tiny_paths, data, shared_data, tmp_path):
+    """--gradient_accumulation_steps 0: TrainingArguments accepts it; the scripts refuse it before any folder is made."""
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match="--gradient_accumulation_steps must be at least 1, got 0"):
+        if script == "run_glue_multi":
+            run_glue_multi.main(glue_args(tiny_paths, data, out, "--gradient_accumulation_steps", "0"))
+        else:
+            run_multitask.main(multitask_args(tiny_paths, shared_data, out, "--gradient_accumulation_steps", "0"))
+    assert not out.exists() or not os.listdir(out)
+
+
 def test_adaptation_with_no_training_is_refused(tiny_paths, tmp_path):
     from hf_multiencoder.pretraining.adaptation import adapt_members
 

@@ -48,6 +48,27 @@ def _as_list(value: str | Iterable[str] | None) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 
 
+def _causes(err: BaseException) -> list[BaseException]:
+    chain = []
+    while err is not None and err not in chain:
+        chain.append(err)
+        err = err.__cause__ or err.__context__
+    return chain
+
+
+def _not_utf8(path: str) -> str:
+    """The message for a text file that is not UTF-8, naming the first line that is not."""
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, start=1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as err:
+                return (f"{path}, line {number}: not UTF-8 (byte {line[err.start:err.start + 1]!r} at column "
+                        f"{err.start + 1}). Save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8 IN > OUT`) and "
+                        f"give that one.")
+    return f"{path}: not UTF-8. Save the file as UTF-8 and give that one."
+
+
 def read_text_file(path: str, text_column: str | list[str] | None = None) -> list[str]:
     """The texts of one file: a `.txt` file's non-blank lines, or a CSV/TSV/JSON(L) file's text column(s).
 
@@ -58,15 +79,23 @@ def read_text_file(path: str, text_column: str | list[str] | None = None) -> lis
         raise FileNotFoundError(f"Text file {path} does not exist.")
     extension = os.path.splitext(path)[1].lower()
     if extension == ".txt":
-        with open(path, encoding="utf-8") as f:
-            return [line.strip() for line in f if line.strip()]
+        try:
+            with open(path, encoding="utf-8") as f:
+                return [line.strip() for line in f if line.strip()]
+        except UnicodeDecodeError:
+            raise ValueError(_not_utf8(path)) from None
     if extension not in _FILE_FORMATS:
         raise ValueError(f"{path}: unsupported extension {extension!r}; use .txt (a text per line) or one of "
                          f"{', '.join(_FILE_FORMATS)} with a text column.")
     file_format = _FILE_FORMATS[extension]
     kwargs = {"delimiter": "\t"} if file_format == "tsv" else {}
-    table = datasets.load_dataset("json" if file_format == "json" else "csv", data_files=path, split="train",
-                                  **kwargs)
+    try:
+        table = datasets.load_dataset("json" if file_format == "json" else "csv", data_files=path, split="train",
+                                      **kwargs)
+    except Exception as err:
+        if not any(isinstance(e, UnicodeDecodeError) for e in _causes(err)):
+            raise
+        raise ValueError(_not_utf8(path)) from None
     columns = _as_list(text_column)
     if not columns:
         found = [c for c in DEFAULT_TEXT_COLUMNS if c[0] in table.column_names]

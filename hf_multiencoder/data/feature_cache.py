@@ -178,6 +178,8 @@ def add_member_features(
         cache_file_name = os.path.join(str(cache_dir), f"member-features-{fingerprint}.arrow")
         if load_from_cache_file is None:
             load_from_cache_file = datasets.is_caching_enabled()
+        if load_from_cache_file and os.path.isfile(cache_file_name):
+            _drop_damaged_cache_file(cache_file_name, len(dataset))
 
     features = dataset.features.copy()
     list_feature = getattr(datasets, "List", None) or datasets.Sequence  # `List` from datasets 4 on
@@ -220,6 +222,22 @@ def add_member_features(
     finally:
         for i, was_training in enumerate(members_were_training):
             base.encoders[i].train(was_training)
+
+
+def _drop_damaged_cache_file(path: str, num_rows: int) -> None:
+    """A cache file that cannot be read whole (cut off by a kill, a full disk, a copy) is deleted with a warning naming
+    it, so the features are computed again instead of every rerun failing inside pyarrow."""
+    try:
+        stored = datasets.Dataset.from_file(path)
+        problem = None if len(stored) == num_rows else f"it holds {len(stored)} rows, not {num_rows}"
+        if problem is None:
+            stored.data.table.validate(full=True)
+    except Exception as err:  # noqa: BLE001 - any unreadable file is rebuilt
+        problem = f"it cannot be read ({type(err).__name__}: {err})"
+    if problem is not None:
+        logger.warning(f"The feature cache file {path} is damaged ({problem}): deleting it and computing the features "
+                       f"again.")
+        os.remove(path)
 
 
 def _distributed_state():

@@ -29,7 +29,7 @@ from .configuration_multiencoder import MultiEncoderConfig, set_member_dropout
 from .embedding_multiencoder import MultiEncoderEmbeddingMixin
 from .fusion_multiencoder import build_fusion
 from .precision_multiencoder import bf16_pays  # noqa: F401 (transformers < 5 copies direct relative imports only)
-from .tokenization_multiencoder import pad_rows, tokenizer_fingerprint
+from .tokenization_multiencoder import check_member_source, pad_rows, tokenizer_fingerprint
 
 _INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids", "word_ids")
 # Members' poolers are kept (an exported member loads clean) but unused; checkpoints of earlier versions lack them.
@@ -424,6 +424,7 @@ class MultiEncoderPreTrainedModel(MultiEncoderEmbeddingMixin, PreTrainedModel):
             raise ValueError(f"`encoder_dropout` has {len(dropouts)} values for {len(encoders)} member encoders.")
         members = []
         for name, dropout in zip(encoders, dropouts):
+            check_member_source(name)
             member_config = AutoConfig.from_pretrained(name, **encoder_kwargs)
             if dropout is not None:
                 set_member_dropout(member_config, dropout)

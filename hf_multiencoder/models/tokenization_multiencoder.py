@@ -36,6 +36,19 @@ def member_folder(i: int) -> str:
     return f"tokenizer_{i}"
 
 
+def check_member_source(name) -> None:
+    """Refuse a member named by a local path that does not exist, naming it: `from_pretrained` would read it as a Hub
+    id and answer with a Hub error ("Repo id must use alphanumeric chars...")."""
+    text = os.fspath(name) if isinstance(name, (str, os.PathLike)) else None
+    if text is None or os.path.isdir(text):
+        return
+    looks_local = (isinstance(name, os.PathLike) or os.path.isabs(text) or text.startswith((".", "~"))
+                   or text.endswith(("/", os.sep)) or text.count("/") > 1)
+    if looks_local:
+        raise OSError(f"Member {text!r}: no such folder (from {os.getcwd()}). Give the folder of a saved model "
+                      f"(config.json and the weights inside) or a Hub id such as 'org/name'.")
+
+
 def tokenizer_fingerprint(tokenizer) -> str:
     """A short hash of a tokenizer's vocabulary and special tokens: two tokenizers with the same fingerprint tokenize
     alike (slow and fast classes of one tokenizer share it)."""
@@ -112,6 +125,8 @@ class MultiEncoderTokenizer(PushToHubMixin):
 
     model_input_names = ["input_ids", "attention_mask", "token_type_ids", "word_ids", "word_mask"]
     padding_side = "right"
+    # not one fast tokenizer: no single offset mapping (pipelines read this to decide what they may ask for)
+    is_fast = False
     _auto_class = None
 
     def __init__(self, tokenizers: list, encoder_names: list[str] | None = None, **kwargs):
@@ -130,6 +145,8 @@ class MultiEncoderTokenizer(PushToHubMixin):
         """One tokenizer per member checkpoint (any name or folder ``AutoTokenizer`` accepts)."""
         if isinstance(encoders, str) or not encoders:
             raise ValueError("`encoders` must be a non-empty list of checkpoint names or folders.")
+        for e in encoders:
+            check_member_source(e)
         return cls([AutoTokenizer.from_pretrained(e, **kwargs) for e in encoders],
                    encoder_names=encoder_names or [str(e) for e in encoders])
 
@@ -304,6 +321,13 @@ class MultiEncoderTokenizer(PushToHubMixin):
         """
         if text is None:
             raise ValueError("`text` is required.")
+        per_token = [k for k in ("return_offsets_mapping", "return_special_tokens_mask") if kwargs.get(k)]
+        if per_token:
+            raise ValueError(f"{', '.join(per_token)}: a MultiEncoderTokenizer encodes each text once per member, so "
+                             f"there is no single offset mapping or special-tokens mask to return (the stock "
+                             f"token-classification pipeline asks for them). To tag words, use "
+                             f"`model.predict_tags(tokenizer, sentences)` or `run_glue_multi.py --do_predict`; to "
+                             f"encode one member, call its own tokenizer (`tokenizer.tokenizers[i]`).")
         single = isinstance(text, str) or (is_split_into_words and text and isinstance(text[0], str))
         texts = [text] if single else list(text)
         pairs = None if text_pair is None else ([text_pair] if single else list(text_pair))
