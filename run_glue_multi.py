@@ -477,7 +477,7 @@ def main(argv: list[str] | None = None) -> dict:
         training_args.greater_is_better = True
     tokenizer = build_tokenizer(model_args)
     labels = "a score (regression)" if spec.is_regression else f"{spec.num_labels} labels {spec.label_list}"
-    print(f"Task {spec.name} ({spec.task_type}, {labels}); members {tokenizer.encoder_names}; fusion "
+    print(f"Task {spec.name} ({spec.form}, {labels}); members {tokenizer.encoder_names}; fusion "
           f"{model_args.fusion}", flush=True)
     tokenized = tokenize_dataset(raw, spec, tokenizer, data_args, training_args)
 

@@ -10,7 +10,7 @@ STS-B dev and SICK-R test (`--eval_sets`, `task:split` or `task:split:N` for its
 sentence-transformers' EmbeddingSimilarityEvaluator computes it.
 
 Zero-shot, for each `--poolings` value: the fused model (`concat` of all members) encodes every distinct sentence of
-the evaluation sets once with `embedding_fusion="model"` (the raw concatenation of the members' pooled vectors);
+the evaluation sets once with `embedding_fusion="fused"` (the raw concatenation of the members' pooled vectors);
 every row of the table is computed from those vectors: each member alone (its own block: the member's pooled vector,
 exactly what the member alone gives), the raw concatenation, and the training-free fusions of the library
 (`models.embedding_multiencoder.normalized_concat`, with equal or `--embedding_weights` member weights).
@@ -163,7 +163,7 @@ def zero_shot(args: StsArguments, eval_sets: dict, selection: tuple) -> list[dic
         sentences = list(dict.fromkeys(s for _, (s1, s2, _) in sets.values() for s in (*s1, *s2)))
         # every distinct sentence once: the raw concatenation of the members' pooled vectors, split into members
         vectors = model.encode(sentences, tokenizer=tokenizer, batch_size=args.batch_size,
-                               max_length=args.max_seq_length, embedding_fusion="model", convert_to_numpy=False)
+                               max_length=args.max_seq_length, embedding_fusion="fused", convert_to_numpy=False)
         index = {s: i for i, s in enumerate(sentences)}
         seconds = time.time() - start
         del model

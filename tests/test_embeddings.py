@@ -10,7 +10,7 @@ import textwrap
 import numpy as np
 import pytest
 import torch
-from transformers import AutoModel, AutoTokenizer
+from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from hf_multiencoder import (
     MultiEncoderConfig,
@@ -93,7 +93,12 @@ def test_member_weights_and_normalisation(tiny_paths, tokenizer, concat_model):
     torch.testing.assert_close(unit.norm(dim=-1), torch.ones(4), atol=1e-5, rtol=0)
     torch.testing.assert_close(unit, emb / emb.norm(dim=-1, keepdim=True), atol=1e-6, rtol=0)
     # the raw fused vector (what a `concat` head sees) is still there
-    raw = model.encode(SENTENCES, tokenizer=tokenizer, embedding_fusion="model", convert_to_tensor=True)
+    raw = model.encode(SENTENCES, tokenizer=tokenizer, embedding_fusion="fused", convert_to_tensor=True)
+    # the earlier name of "fused" still works, as an argument and in a config
+    assert torch.equal(model.encode(SENTENCES, tokenizer=tokenizer, embedding_fusion="model", convert_to_tensor=True),
+                       raw)
+    assert MultiEncoderConfig.from_encoder_configs(
+        [AutoConfig.from_pretrained(p) for p in tiny_paths[:2]], embedding_fusion="model").embedding_fusion == "fused"
     with torch.no_grad():
         batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")
         torch.testing.assert_close(raw, model(**batch).pooler_output, atol=1e-5, rtol=0)
@@ -108,7 +113,7 @@ def test_heads_encode_with_their_members(tiny_paths, tokenizer, concat_model):
     tagger = MultiEncoderForTokenClassification.from_encoders(tiny_paths, fusion="dme", num_labels=3)
     np.testing.assert_allclose(tagger.encode(SENTENCES, tokenizer=tokenizer), expected, atol=1e-5)
     with pytest.raises(ValueError, match="fuses word vectors"):
-        tagger.encode(SENTENCES, tokenizer=tokenizer, embedding_fusion="model")
+        tagger.encode(SENTENCES, tokenizer=tokenizer, embedding_fusion="fused")
 
 
 def test_order_and_batching_do_not_change_vectors(concat_model, tokenizer):

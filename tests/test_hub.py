@@ -38,6 +38,7 @@ from hf_multiencoder.training.metrics import build_compute_metrics
 from hf_multiencoder.training.model_card import (
     FUSION_WEIGHTS_PLOT,
     MultiEncoderModelCardData,
+    encoder_learning_rates,
     member_learning_rates,
     save_model_card,
 )
@@ -412,7 +413,7 @@ def test_push_multiencoder_to_hub_outside_a_trainer(hub, run, tmp_path):
     assert f'revision = "{main.oid}"' in card.text and "| 0.5000 " in card.text
 
 
-def test_member_learning_rates_follow_the_optimizer(run, tiny_paths):
+def test_encoder_learning_rates_follow_the_optimizer(run, tiny_paths):
     model = MultiEncoderForSequenceClassification.from_encoders(tiny_paths, encoder_names=NAMES, num_labels=2)
     freeze_encoders(model, ["distil"])
     args = training_args(run["out"])
@@ -421,7 +422,7 @@ def test_member_learning_rates_follow_the_optimizer(run, tiny_paths):
     by_name = {}
     for group in optimizer.param_groups:
         by_name.setdefault(group["name"].split(".")[0], set()).add(group["lr"])
-    rates = member_learning_rates(model, optimizer)
+    rates = encoder_learning_rates(model, optimizer)
     assert rates == {"bert": sorted(by_name["encoder_0"]), "roberta": sorted(by_name["encoder_1"]), "distil": [],
                      "head": [1e-3]}
     assert len(rates["bert"]) > 1 and max(rates["roberta"]) <= 2e-4
@@ -433,7 +434,8 @@ def test_member_learning_rates_follow_the_optimizer(run, tiny_paths):
     assert data.learning_rates["roberta"] == f"{low:g} to {high:g} (layer-wise decay)"
     # the Trainer's default optimizer gives every trainable member the base rate
     stock = torch.optim.AdamW([{"params": [p for p in model.parameters() if p.requires_grad], "lr": 5e-5}])
-    assert member_learning_rates(model, stock) == {"bert": [5e-5], "roberta": [5e-5], "distil": [], "head": [5e-5]}
+    assert encoder_learning_rates(model, stock) == {"bert": [5e-5], "roberta": [5e-5], "distil": [], "head": [5e-5]}
+    assert member_learning_rates is encoder_learning_rates  # the earlier name still imports
 
 
 # ---- loading and resuming in fresh processes ----------------------------------------------------------------------

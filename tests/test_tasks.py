@@ -23,8 +23,9 @@ def test_every_entry_is_complete():
             assert spec.hub_columns and len(spec.hub_columns[0]) == len(spec.text_keys), name
     assert get_task("SST-2") is TASKS["sst2"] and get_task(" CoLA ") is TASKS["cola"]  # aliases, case
     assert get_task(TASKS["rte"]) is TASKS["rte"]
-    assert TASKS["cola"].metric_display_name == "MCC" and TASKS["stsb"].task_type == "regression"
-    assert TASKS["rte"].task_type == "pair" and TASKS["wnut17"].task_type == "token"
+    assert TASKS["cola"].metric_display_name == "MCC" and TASKS["stsb"].form == "regression"
+    assert TASKS["rte"].form == "pair" and TASKS["wnut17"].form == "token"
+    assert TASKS["rte"].task_type == "pair"  # the earlier name still reads
 
 
 def test_bad_specs():

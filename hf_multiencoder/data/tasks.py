@@ -120,13 +120,19 @@ class TaskSpec:
         return len(self.text_keys) > 1
 
     @property
-    def task_type(self) -> str:
-        """`"token"`, `"regression"`, `"pair"` or `"single-sentence"`."""
+    def form(self) -> str:
+        """What the task reads and predicts, for display: `"token"`, `"regression"`, `"pair"` or
+        `"single-sentence"` (`kind` is the field that chooses the model: `"sequence"` or `"token"`)."""
         if self.kind == "token":
             return "token"
         if self.is_regression:
             return "regression"
         return "pair" if self.is_pair else "single-sentence"
+
+    @property
+    def task_type(self) -> str:
+        """The earlier name of `form` (kept for code that reads it)."""
+        return self.form
 
     @property
     def label_key(self) -> str:
@@ -146,7 +152,7 @@ class TaskSpec:
 
     def describe(self) -> str:
         labels = "regression" if self.is_regression else f"{len(self.label_list)} labels"
-        head = f"{self.name}: {self.display_name or self.name} ({self.task_type}, {labels}, {self.main_metric})"
+        head = f"{self.name}: {self.display_name or self.name} ({self.form}, {labels}, {self.main_metric})"
         return f"{head}\n{self.description}" if self.description else head
 
 

@@ -22,7 +22,9 @@ POOLING_METHODS = ("cls", "mean", "last4", "last4_mean")
 WORD_POOLING_METHODS = ("first", "mean")
 FUSION_GATINGS = ("softmax", "sigmoid")
 # How `encode` fuses the members' sentence vectors (see embedding_multiencoder.py).
-EMBEDDING_FUSIONS = ("normalized_concat", "model")
+EMBEDDING_FUSIONS = ("normalized_concat", "fused")
+# Earlier names of the values above, still accepted (saved configs and user code): "model" meant the fused vector.
+EMBEDDING_FUSION_ALIASES = {"model": "fused"}
 # Attribute that holds the hidden dropout in each architecture's config (default: ``hidden_dropout_prob``).
 _DROPOUT_ATTRIBUTES = ("hidden_dropout_prob", "dropout", "hidden_dropout", "resid_pdrop")
 
@@ -153,7 +155,7 @@ class MultiEncoderConfig(PreTrainedConfig):
         self.encoder_dropout = encoder_dropout
         self.word_pooling = word_pooling
         self.classifier_dropout = classifier_dropout
-        self.embedding_fusion = embedding_fusion
+        self.embedding_fusion = EMBEDDING_FUSION_ALIASES.get(embedding_fusion, embedding_fusion)
         self.embedding_weights = embedding_weights
         self.initializer_range = initializer_range
         self.tokenizer_fingerprints = tokenizer_fingerprints

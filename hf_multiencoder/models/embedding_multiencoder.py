@@ -8,10 +8,10 @@ members' vectors are then fused in one of two ways (``embedding_fusion``):
   (``embedding_weights``, default 1) and the results are concatenated. The cosine of two such vectors is the weighted
   mean of the members' own cosines, ``sum_i w_i^2 cos_i / sum_i w_i^2``, so a member with larger raw vectors does not
   drown the others (raw concatenation would let it). The default for ``concat`` models.
-- ``"model"``: the model's own fused vector (``pooler_output``, what a task head sees). The default for ``dme``,
+- ``"fused"``: the model's own fused vector (``pooler_output``, what a task head sees). The default for ``dme``,
   ``cdme`` and ``mean``, whose projections are only meaningful once trained: a freshly assembled model warns that its
   embedding is a random projection. (A token-classification model fuses words, not sentences: its sentence embedding
-  is always ``"normalized_concat"``.)
+  is always ``"normalized_concat"``.) The earlier name ``"model"`` is still accepted.
 
 Shipped next to the weights (``trust_remote_code``): imports only ``torch``, ``transformers`` and relative modules.
 """
@@ -22,7 +22,7 @@ import torch
 from torch.nn import functional as F
 from transformers.utils import logging
 
-from .configuration_multiencoder import EMBEDDING_FUSIONS
+from .configuration_multiencoder import EMBEDDING_FUSION_ALIASES, EMBEDDING_FUSIONS
 from .precision_multiencoder import autocast
 
 logger = logging.get_logger(__name__)
@@ -54,24 +54,25 @@ class MultiEncoderEmbeddingMixin:
     def _embedding_fusion(self, embedding_fusion: str | None = None) -> str:
         """The fusion an embedding uses: the argument, else the config's, else the default for the model's fusion."""
         fusion = embedding_fusion or self.config.embedding_fusion
+        fusion = EMBEDDING_FUSION_ALIASES.get(fusion, fusion)
         if fusion is None:  # a word-level model's fusion fuses words: its members' sentence vectors are concatenated
-            fusion = "normalized_concat" if self.config.fusion == "concat" or self.base_model.word_level else "model"
+            fusion = "normalized_concat" if self.config.fusion == "concat" or self.base_model.word_level else "fused"
         if fusion not in EMBEDDING_FUSIONS:
             raise ValueError(f"Unknown embedding_fusion {fusion!r}; allowed values are: "
                              f"{', '.join(EMBEDDING_FUSIONS)}.")
-        if fusion == "model" and self.base_model.word_level:
+        if fusion == "fused" and self.base_model.word_level:
             raise ValueError("This model fuses word vectors (token classification), not sentence vectors: its fusion "
                              "cannot give a sentence embedding. Use embedding_fusion='normalized_concat'.")
         return fusion
 
     def get_embedding_dimension(self, embedding_fusion: str | None = None) -> int:
         """Width of the vectors ``encode`` returns."""
-        if self._embedding_fusion(embedding_fusion) == "model":
+        if self._embedding_fusion(embedding_fusion) == "fused":
             return self.base_model.output_size
         return sum(self.config.pooled_sizes())
 
     def _warn_if_untrained(self, fusion: str, once: bool = False) -> None:
-        if fusion == "model" and getattr(self.base_model, "_untrained_fusion", False):
+        if fusion == "fused" and getattr(self.base_model, "_untrained_fusion", False):
             (logger.warning_once if once else logger.warning)(
                 f"This model's `{self.config.fusion}` fusion has not been trained: its embedding is a random "
                 f"projection of the members' vectors. Train it first, or embed with "
@@ -98,7 +99,7 @@ class MultiEncoderEmbeddingMixin:
         base = self.base_model
         if not base.word_level:
             out = base(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
-            if fusion == "model":
+            if fusion == "fused":
                 return out.pooler_output
             return normalized_concat(list(out.member_embeddings), self.config.embedding_weights)
         members = base.sentence_member_embeddings(input_ids, attention_mask, token_type_ids)
@@ -137,8 +138,8 @@ class MultiEncoderEmbeddingMixin:
                 `convert_to_numpy`).
             normalize_embeddings (`bool`): L2-normalise the returned vectors (then dot product = cosine).
             device (`str` or `torch.device`, *optional*): Move the model there first (default: where it is).
-            embedding_fusion (`str`, *optional*): `"normalized_concat"` or `"model"` (module docstring); default:
-                `config.embedding_fusion`, else `"normalized_concat"` for `concat` models and `"model"` otherwise.
+            embedding_fusion (`str`, *optional*): `"normalized_concat"` or `"fused"` (module docstring); default:
+                `config.embedding_fusion`, else `"normalized_concat"` for `concat` models and `"fused"` otherwise.
             bf16 (`bool`, *optional*): Run the members under bf16 autocast (vectors returned in float32). Default:
                 where the hardware computes bf16 natively (a CPU with AMX or AVX512-BF16, a GPU with bf16) unless
                 `HF_MULTIENCODER_FAST_PATH=off`; fp32 elsewhere (bf16 is emulated, and slow, on other CPUs).

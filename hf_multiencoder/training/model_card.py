@@ -111,7 +111,7 @@ def _versions() -> dict[str, str]:
     return versions
 
 
-def member_learning_rates(model, optimizer) -> dict[str, Any]:
+def encoder_learning_rates(model, optimizer) -> dict[str, Any]:
     """Each member's learning rate(s) and the head's, read from the optimizer's parameter groups.
 
     Parameters are matched to members by identity, so this works for ``create_multiencoder_optimizer`` and for the
@@ -128,6 +128,10 @@ def member_learning_rates(model, optimizer) -> dict[str, Any]:
             rates[owner.get(id(p), "head")].add(float(lr))
     return {name: sorted(values) for name, values in rates.items()}
 
+
+
+# The earlier name (the option is `encoder_learning_rates`: one word for one idea).
+member_learning_rates = encoder_learning_rates
 
 def plot_fusion_weights(weights: dict[str, float], path: str, split: str = "validation") -> str | None:
     """Bar chart of each member's mean fusion weight, saved as a PNG. Returns the path, or ``None`` without
@@ -260,7 +264,7 @@ class MultiEncoderModelCardData(CardData):
         """Hyperparameters from the `TrainingArguments`, and each member's learning rate from the optimizer."""
         hp: dict[str, Any] = {"learning_rate": args.learning_rate}
         if model is not None and optimizer is not None:
-            rates = member_learning_rates(model, optimizer)
+            rates = encoder_learning_rates(model, optimizer)
             self.learning_rates = {}
             for name, values in rates.items():
                 if not values:
@@ -752,6 +756,7 @@ __all__ = [
     "MultiEncoderModelCardData",
     "MultiTaskModelCardData",
     "generate_model_card",
+    "encoder_learning_rates",
     "member_learning_rates",
     "plot_fusion_weights",
     "save_model_card",
