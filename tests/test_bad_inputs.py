@@ -481,3 +481,26 @@ def test_a_corpus_that_is_not_utf8_names_the_file_and_line(tmp_path, name):
     line = 3 if header else 2
     with pytest.raises(ValueError, match=rf"{name}, line {line}: not UTF-8 .*Save the file as UTF-8"):
         read_text_file(str(path))
+
+
+@pytest.mark.parametrize("labels, message", [
+    (torch.tensor([0, 5]), "Label 5 is out of range for a model with 2 labels"),
+    (torch.tensor([-3, 1]), "Label -3 is out of range"),
+    (torch.tensor([0.0, 1.0]), "must be class ids .*got floats"),
+])
+def test_out_of_range_or_float_class_labels_say_what_to_fix(pair, labels, message, monkeypatch):
+    model, tok = pair
+    batch = tok(["a short text", "another"], padding=True, return_tensors="pt")
+    monkeypatch.setattr(model.config, "problem_type", "single_label_classification")
+    with pytest.raises(ValueError, match=message):
+        model(**batch, labels=labels)
+
+
+def test_a_mistyped_discriminator_preset_says_which_one(tiny_paths):
+    from transformers import AutoTokenizer
+
+    from hf_multiencoder.pretraining.rtd import discriminator_config
+
+    tok = AutoTokenizer.from_pretrained(tiny_paths[0])
+    with pytest.raises(ValueError, match="Unknown preset 'electra-smal': did you mean 'electra-small'"):
+        discriminator_config("electra-smal", tok)

@@ -112,6 +112,23 @@ def test_resuming_with_other_training_arguments_is_refused_naming_the_key(change
                                       "--resume_from_checkpoint", "true", *change))
 
 
+@pytest.mark.slow  # two short trainings
+def test_resume_true_with_no_checkpoint_yet_trains_from_the_beginning(tiny_paths, data, tmp_path, caplog):
+    """A job script that always passes --resume_from_checkpoint true, and a run killed before its first save, start
+    from the beginning (with a warning) instead of stopping: before, the rerun was refused, and the run without the
+    option was refused too ("not empty"), leaving only --overwrite_output_dir."""
+    fresh = tmp_path / "fresh"
+    with caplog.at_level("WARNING"):
+        run_glue_multi.main(glue_args(tiny_paths, data, fresh, "--resume_from_checkpoint", "true"))
+    assert "holds no complete checkpoint yet; training from the beginning" in caplog.text
+    assert (fresh / "model.safetensors").is_file()
+    killed = tmp_path / "killed"  # started (its run_args.json written), killed before the first checkpoint
+    killed.mkdir()
+    shutil.copy(fresh / "run_args.json", killed / "run_args.json")
+    run_glue_multi.main(glue_args(tiny_paths, data, killed, "--resume_from_checkpoint", "true"))
+    assert (killed / "model.safetensors").is_file()
+
+
 def test_resuming_a_finished_run_changes_nothing(finished_run, tiny_paths, data, caplog):
     before = {name: (finished_run / name).read_bytes() for name in ("model.safetensors", "trainer_state.json",
                                                                     "train_results.json")}

@@ -276,6 +276,21 @@ def parameter_members(model: nn.Module) -> dict[str, int | None]:
     return {name: owner.get(id(p)) for name, p in model.named_parameters()}
 
 
+def check_class_labels(labels: torch.Tensor, num_labels: int) -> None:
+    """Class ids must be integers in ``0..num_labels-1`` (-100: ignored): say so, instead of a cross-entropy error
+    about target types or bounds. The range is checked where it costs no device synchronisation (labels on the CPU)."""
+    if labels.is_floating_point():
+        raise ValueError(f"Classification labels must be class ids (integers 0..{num_labels - 1}), got floats "
+                         f"({labels.flatten()[:3].tolist()}...). For a score, use problem_type='regression' "
+                         f"(num_labels=1); for several labels per example, 'multi_label_classification'.")
+    if labels.device.type == "cpu":
+        given = labels[labels != -100]
+        if given.numel() and (int(given.min()) < 0 or int(given.max()) >= num_labels):
+            bad = int(given.min()) if int(given.min()) < 0 else int(given.max())
+            raise ValueError(f"Label {bad} is out of range for a model with {num_labels} labels (0..{num_labels - 1}; "
+                             f"-100 is ignored): check the data's labels, or build the model with more `num_labels`.")
+
+
 def sequence_loss(logits: torch.Tensor, labels: torch.Tensor, problem_type: str) -> torch.Tensor:
     """The loss of sentence logits ``(batch, num_labels)`` by ``problem_type``, as transformers' heads compute it:
     MSE on squeezed tensors for ``"regression"``, cross-entropy for ``"single_label_classification"``, BCE with logits
@@ -284,6 +299,7 @@ def sequence_loss(logits: torch.Tensor, labels: torch.Tensor, problem_type: str)
     if problem_type == "regression":
         return MSELoss()(logits.squeeze(-1), labels.squeeze(-1).to(logits.dtype))
     if problem_type == "single_label_classification":
+        check_class_labels(labels, logits.size(-1))
         return CrossEntropyLoss()(logits.view(-1, logits.size(-1)), labels.view(-1))
     if problem_type == "multi_label_classification":
         return BCEWithLogitsLoss()(logits, labels.to(logits.dtype))
@@ -294,6 +310,7 @@ def sequence_loss(logits: torch.Tensor, labels: torch.Tensor, problem_type: str)
 def word_loss(logits: torch.Tensor, labels: torch.Tensor, word_mask: torch.Tensor) -> torch.Tensor:
     """Cross-entropy of word logits ``(batch, words, num_labels)`` against word labels (-100 ignored); words no member
     saw (``word_mask`` 0: cut off by every member) carry no signal."""
+    check_class_labels(labels, logits.size(-1))
     labels = labels.to(logits.device).masked_fill(word_mask == 0, -100)
     return CrossEntropyLoss()(logits.view(-1, logits.size(-1)), labels.view(-1))
 

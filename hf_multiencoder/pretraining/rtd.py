@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import json
 import logging
 import math
@@ -207,7 +208,18 @@ def discriminator_config(name: str, tokenizer, architecture: str = "electra"):
         config = AutoConfig.for_model(architecture, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
                                       **sizes)
         return config, False
-    return _load_config(name), _has_weights(name)
+    local = os.path.exists(name)
+    close = difflib.get_close_matches(name.lower(), list(PRESETS), n=1, cutoff=0.6)
+    if not local and close:
+        raise ValueError(f"Unknown preset {name!r}: did you mean {close[0]!r}? The presets are "
+                         f"{', '.join(PRESETS)}; or give a config file, a model folder or a Hub id.")
+    try:
+        return _load_config(name), _has_weights(name)
+    except OSError as err:
+        if local:
+            raise
+        raise OSError(f"{name!r} is not a preset ({', '.join(PRESETS)}), nor a config file or model folder here, and "
+                      f"could not be loaded as a Hub id: {err}") from err
 
 
 def generator_config(discriminator, size: float = 0.25):

@@ -180,14 +180,16 @@ def last_complete_checkpoint(output_dir: str) -> str | None:
 
 def resolve_resume(output_dir: str, resume_from_checkpoint: str | None) -> str | None:
     """The checkpoint to resume from: None (start afresh), the newest complete one for "true"/"last", or the folder
-    given (which must be complete). Raises a `ValueError` naming what is missing."""
+    given (which must be complete). "true" with no complete checkpoint yet (a run killed before its first save, or a
+    job script that always passes it) starts from the beginning, with a warning. Raises a `ValueError` naming what is
+    missing in a folder given by name."""
     if resume_from_checkpoint in (None, "", "false", "False"):
         return None
     if resume_from_checkpoint in ("true", "True", "last"):
         checkpoint = last_complete_checkpoint(output_dir)
         if checkpoint is None:
-            raise ValueError(f"--resume_from_checkpoint {resume_from_checkpoint}: {output_dir} holds no complete "
-                             f"checkpoint to resume from.")
+            logger.warning(f"--resume_from_checkpoint {resume_from_checkpoint}: {output_dir} holds no complete "
+                           f"checkpoint yet; training from the beginning.")
         return checkpoint
     problem = checkpoint_problem(resume_from_checkpoint)
     if problem is not None:
