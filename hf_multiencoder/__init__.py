@@ -35,6 +35,11 @@ from .models.modeling_multiencoder import (
     mean_fusion_weights,
 )
 from .models.modeling_multiencoder_multitask import MultiEncoderForMultiTask, MultiEncoderMultiTaskModel
+from .models.pipeline_multiencoder import (
+    MultiEncoderClassificationPipeline,
+    MultiEncoderNerPipeline,
+    register_pipelines,
+)
 from .models.tokenization_multiencoder import MultiEncoderBatch, MultiEncoderTokenizer
 from .training.optimization import create_multiencoder_optimizer, freeze_encoders
 
@@ -69,6 +74,7 @@ def __dir__():
 
 
 AutoConfig.register(MultiEncoderConfig.model_type, MultiEncoderConfig, exist_ok=True)
+register_pipelines()  # "multiencoder-classification", "multiencoder-ner"
 AutoModel.register(MultiEncoderConfig, MultiEncoderModel, exist_ok=True)
 AutoModelForSequenceClassification.register(MultiEncoderConfig, MultiEncoderForSequenceClassification, exist_ok=True)
 AutoModelForTokenClassification.register(MultiEncoderConfig, MultiEncoderForTokenClassification, exist_ok=True)
@@ -89,12 +95,14 @@ __all__ = [
     "FUSION_MAPPING",
     "Fusion",
     "MultiEncoderBatch",
+    "MultiEncoderClassificationPipeline",
     "MultiEncoderConfig",
     "MultiEncoderDataCollator",
     "MultiEncoderForMultiTask",
     "MultiEncoderForSequenceClassification",
     "MultiEncoderForTokenClassification",
     "MultiEncoderModel",
+    "MultiEncoderNerPipeline",
     "MultiEncoderModelOutput",
     "MultiEncoderMultiTaskConfig",
     "MultiEncoderMultiTaskModel",

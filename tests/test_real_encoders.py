@@ -172,9 +172,13 @@ def test_readme_examples_run_verbatim_and_print_what_they_claim(tmp_path):
     assert list(printed["DME scores"][0]) == ["MiniLM", "MPNet"]
     assert math.isfinite(float(lines[-1]))  # the training loss
     # elsewhere: an interpreter that cannot import hf_multiencoder (site-packages without the editable install)
-    names, result = run_readme_blocks(["elsewhere"], tmp_path, without_package=True, timeout=600)[-2:]
+    names, result, fused = run_readme_blocks(["elsewhere"], tmp_path, without_package=True, timeout=600)[-3:]
     assert names == "['MiniLM', 'MPNet'] {0: 'unacceptable', 1: 'acceptable'}"
     assert ast.literal_eval(result)[0]["label"] == printed["Predictions"][0]
+    # the fusion-weights pipeline from the folder's own code: the same label and the same weights
+    fused = ast.literal_eval(fused)
+    assert fused["label"] == printed["Predictions"][0]
+    assert fused["fusion_weights"] == pytest.approx(printed["DME scores"][0], abs=1e-4)  # printed rounded to 4
     # the NER example
     tagged = run_readme_blocks(["ner"], tmp_path, timeout=600)[-1]
     assert tagged == "['John', 'Smith', 'went', 'to', 'Paris'] 5 ['MiniLM', 'MPNet']"

@@ -28,6 +28,7 @@ except ImportError:  # transformers 4.x: the shipped files load there too
 from .configuration_multiencoder import MultiEncoderConfig, set_member_dropout
 from .embedding_multiencoder import MultiEncoderEmbeddingMixin
 from .fusion_multiencoder import build_fusion
+from .pipeline_multiencoder import CLASSIFICATION_TASK, CUSTOM_PIPELINES, NER_TASK
 from .precision_multiencoder import bf16_pays  # noqa: F401 (transformers < 5 copies direct relative imports only)
 from .tokenization_multiencoder import check_member_source, pad_rows, tokenizer_fingerprint
 
@@ -699,6 +700,7 @@ class MultiEncoderForSequenceClassification(MultiEncoderPreTrainedModel):
 
     def __init__(self, config: MultiEncoderConfig, encoders: list | None = None):
         super().__init__(config)
+        _list_pipeline(config, CLASSIFICATION_TASK)
         self.num_labels = config.num_labels
         self.multiencoder = MultiEncoderModel(config, encoders=encoders)
         self.dropout = nn.Dropout(config.classifier_dropout or 0.0)
@@ -755,6 +757,7 @@ class MultiEncoderForTokenClassification(MultiEncoderPreTrainedModel):
 
     def __init__(self, config: MultiEncoderConfig, encoders: list | None = None):
         super().__init__(config)
+        _list_pipeline(config, NER_TASK)
         self.num_labels = config.num_labels
         self.multiencoder = MultiEncoderModel(config, word_level=True, encoders=encoders)
         self.dropout = nn.Dropout(config.classifier_dropout or 0.0)
@@ -799,6 +802,13 @@ class MultiEncoderForTokenClassification(MultiEncoderPreTrainedModel):
         """
         return predict_words(self, tokenizer, sentences, batch_size=batch_size, max_length=max_length,
                              id2label=self.config.id2label)
+
+
+def _list_pipeline(config, task: str) -> None:
+    """List the head's pipeline in the config (`custom_pipelines`), so that a saved folder answers
+    `pipeline(task, model=folder, trust_remote_code=True)` and `pipeline(model=folder, ...)` finds the task."""
+    if not getattr(config, "custom_pipelines", None):
+        config.custom_pipelines = {task: {**CUSTOM_PIPELINES[task], "pt": list(CUSTOM_PIPELINES[task]["pt"])}}
 
 
 # ---- prediction loops (shared by the task heads and the multi-task model) ------------------------------------------
