@@ -52,7 +52,8 @@ ENCODER_LRS = [1e-3, 5e-4, 2e-4]
 HEAD_LR = 3e-3
 # the model's code imports the tokenizer's file too (`from_encoders` records the members' tokenizer fingerprints)
 MODEL_CODE = {"configuration_multiencoder.py", "embedding_multiencoder.py", "fusion_multiencoder.py",
-              "modeling_multiencoder.py", "precision_multiencoder.py", "tokenization_multiencoder.py"}
+              "modeling_multiencoder.py", "pipeline_multiencoder.py", "precision_multiencoder.py",
+              "tokenization_multiencoder.py"}
 TOKENIZER_CODE = {"tokenization_multiencoder.py"}
 POS = ["the cat sat on the mat", "a cat runs", "the cat likes the dog", "she can go to the cat"]
 NEG = ["somebody just left", "he went to paris", "john smith is new", "it was 2024 in york"]
@@ -582,3 +583,5 @@ def test_run_glue_multi_push_to_hub(hub, run, tmp_path):
     assert card.data.base_model == MEMBERS[:2] and f'revision = "{main.oid}"' in card.text
     assert f"| {POS[0]} |" in card.text  # the fusion weights of example sentences from the run's own data
     assert f'predict_with_fusion_weights(tokenizer, ["{POS[0]}"])' in card.text  # and the usage snippet
+    assert f'pipeline("multiencoder-classification", model=model_id' in card.text and f'print(pipe("{POS[0]}"))' \
+        in card.text  # the fusion-weights pipeline

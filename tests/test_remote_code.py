@@ -13,7 +13,8 @@ from hf_multiencoder import MultiEncoderForSequenceClassification, MultiEncoderT
 from hf_multiencoder.testing_utils import run_without_package
 
 SHIPPED = {"configuration_multiencoder.py", "embedding_multiencoder.py", "fusion_multiencoder.py",
-           "modeling_multiencoder.py", "precision_multiencoder.py", "tokenization_multiencoder.py"}
+           "modeling_multiencoder.py", "pipeline_multiencoder.py", "precision_multiencoder.py",
+           "tokenization_multiencoder.py"}
 
 
 @pytest.fixture(scope="module")

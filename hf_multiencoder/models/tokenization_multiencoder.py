@@ -326,6 +326,7 @@ class MultiEncoderTokenizer(PushToHubMixin):
             raise ValueError(f"{', '.join(per_token)}: a MultiEncoderTokenizer encodes each text once per member, so "
                              f"there is no single offset mapping or special-tokens mask to return (the stock "
                              f"token-classification pipeline asks for them). To tag words, use "
+                             f"`pipeline(\"multiencoder-ner\", model=folder, trust_remote_code=True)`, "
                              f"`model.predict_tags(tokenizer, sentences)` or `run_glue_multi.py --do_predict`; to "
                              f"encode one member, call its own tokenizer (`tokenizer.tokenizers[i]`).")
         single = isinstance(text, str) or (is_split_into_words and text and isinstance(text[0], str))
