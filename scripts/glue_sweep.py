@@ -2,7 +2,7 @@
 
     python scripts/glue_sweep.py [--tasks cola stsb mrpc rte wnut17] [--rows MiniLM MPNet concat dme ...]
         [--seeds 1 2 3 4 5] [--workers 1] [--member MiniLM=PATH --member MPNet=PATH]
-        [--runs_dir runs/glue_finetuned] [--results results] [--report_only]
+        [--runs_dir results/glue_finetuned_runs] [--results results] [--report_only]
 
 The protocol (docs/studies.md states it with the numbers):
 - Each run trains on 90% of the task's training set; a fixed 10% slice of it (the same for every row and seed) is the
@@ -16,8 +16,9 @@ The protocol (docs/studies.md states it with the numbers):
   tuned members (mean of probabilities; of predictions for STS-B; of word probabilities for NER) is computed from the
   member rows' stored predictions, per seed, each member at its own chosen epoch.
 
-Each run is its own process writing `runs_dir/TASK/ROW/seed_N/`: `result.json` (written last, so a run cut off is
-rerun from the start and a finished one skipped) and `predictions.npz` (every epoch's dev and held-out outputs).
+Each run is its own process writing `runs_dir/TASK/ROW/seed_N/` (default `results/glue_finetuned_runs/`, committed so
+that chunks add up): `result.json` (written last, so a run cut off is rerun from the start and a finished one skipped),
+`predictions.npz` (every epoch's dev and held-out outputs) and `log.txt`.
 `--tasks/--rows/--seeds` run the sweep in chunks; `--report_only` writes the tables from what has finished:
 `results/glue_finetuned.{json,md}`.
 """
@@ -28,8 +29,10 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -140,8 +143,9 @@ def run_one(task: str, row_name: str, seed: int, args) -> None:
         tokenizer = MultiEncoderTokenizer.from_encoders([paths[n] for n in names], encoder_names=names)
     tokenized = tokenize_task(raw, spec, tokenizer, max_length=args.max_seq_length, add_length=False)
 
+    scratch = tempfile.mkdtemp(prefix="glue_sweep_")  # nothing is saved: the Trainer's folder is thrown away
     training_args = TrainingArguments(
-        output_dir=os.path.join(out_dir, "trainer"), num_train_epochs=row.epochs or BUDGET["num_train_epochs"],
+        output_dir=scratch, num_train_epochs=row.epochs or BUDGET["num_train_epochs"],
         per_device_train_batch_size=BUDGET["per_device_train_batch_size"], per_device_eval_batch_size=128,
         learning_rate=BUDGET["learning_rate"], weight_decay=0.01, warmup_steps=0.1, lr_scheduler_type="linear",
         eval_strategy="no", save_strategy="no", logging_steps=50, report_to="none", seed=seed, disable_tqdm=True,
@@ -190,14 +194,15 @@ def run_one(task: str, row_name: str, seed: int, args) -> None:
         for split, data in sets.items():
             entry[split] = score_outputs(spec, data["outputs"], data["labels"], data.get("lengths"))
             for key, value in data.items():
-                if split == "dev" or key == "outputs":
-                    arrays[f"{split}_{key}_{epoch}"] = value
+                if split == "dev" or key == "outputs":  # float32 is plenty for scores and halves the files
+                    arrays[f"{split}_{key}_{epoch}"] = value.astype(np.float32) if value.dtype == np.float64 else value
             if "weights" in data:
                 entry[f"{split}_fusion_weights"] = dict(zip(names, map(float, data["weights"].reshape(
                     -1, len(names)).mean(axis=0))))
         result["epochs"].append(entry)
     if spec.name == "cola" and row.fusion == "dme" and row.kind == "fused":
         result["fusion_examples"] = model.predict_with_fusion_weights(tokenizer, FUSION_EXAMPLES)
+    shutil.rmtree(scratch, ignore_errors=True)
     np.savez_compressed(os.path.join(out_dir, "predictions.npz"), **arrays)
     tmp = os.path.join(out_dir, "result.json.tmp")
     with open(tmp, "w") as f:
@@ -437,7 +442,9 @@ def main(argv: list[str] | None = None):
     ap.add_argument("--data_dir", default=None)
     ap.add_argument("--fast_path", default="auto", choices=["auto", "off"])
     ap.add_argument("--device", default="auto", choices=["auto", "cpu"], help="cpu: never use a GPU.")
-    ap.add_argument("--runs_dir", default=os.path.join(REPO, "runs", "glue_finetuned"))
+    ap.add_argument("--runs_dir", default=os.path.join(REPO, "results", "glue_finetuned_runs"),
+                    help="Where each run's result.json and predictions.npz go (committed, so that chunks run on "
+                         "different days add up).")
     ap.add_argument("--results", default=os.path.join(REPO, "results"))
     ap.add_argument("--bootstrap", type=int, default=1000, help="Bootstrap resamples (0: none).")
     ap.add_argument("--max_seq_length", type=int, default=BUDGET["max_seq_length"])

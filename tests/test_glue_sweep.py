@@ -47,6 +47,10 @@ def test_sweep_chooses_on_the_heldout_slice_reports_baselines_and_resumes(tiny_p
             assert rows[name]["best_dev_epoch"]["scores"][0] == pytest.approx(100 * max(e["dev"] for e in
                                                                                       run["epochs"]))
             assert run["sizes"]["heldout"] == run["sizes"]["train"] == 48
+            folder = tmp_path / "runs" / task / name / "seed_1"
+            assert sorted(p.name for p in folder.iterdir()) == ["log.txt", "predictions.npz", "result.json"]
+            with np.load(folder / "predictions.npz") as stored:
+                assert stored["dev_outputs_1"].dtype == np.float32
         weights = rows["dme"]["fusion_weights"]
         assert set(weights) == {"MiniLM", "MPNet"} and abs(sum(weights.values()) - 1) < 1e-4
         assert rows["ensemble"]["seeds"] == [1, 2]
