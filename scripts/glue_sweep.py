@@ -381,6 +381,11 @@ def markdown(reports: dict, args) -> str:
         lines += [f"Runs on: {'; '.join(hardware)}.", ""]
     if args.max_samples:
         lines += [f"**A quick check of the machinery (`--max_samples {args.max_samples}`), not a result.**", ""]
+    expected = jobs_for(args)
+    done = sum(os.path.isfile(os.path.join(run_dir(args, *job), "result.json")) for job in expected)
+    if done < len(expected):
+        lines += [f"**Partial: {done} of the {len(expected)} runs of these tasks, rows and seeds have finished; the "
+                  f"comparisons below are not the study's answer until all have.**", ""]
     for task, rep in reports.items():
         spec = get_task(task)
         lines += [f"## {task} ({spec.metric_display_name})", "",

@@ -64,7 +64,10 @@ def test_sweep_chooses_on_the_heldout_slice_reports_baselines_and_resumes(tiny_p
     assert "## cola (MCC)" in md and "## wnut17" in md and "not a result" in md and "Runs on: cpu (fp32)" in md
 
     # a cut-off run (no result.json) is rerun from the start; finished runs are skipped
+    assert "Partial" not in md
     os.remove(tmp_path / "runs" / "cola" / "dme" / "seed_2" / "result.json")
+    sweep(tiny_paths, shared_data, tmp_path, "--report_only")  # a table of what has finished says it is partial
+    assert "**Partial: 12 of the 13 runs" in (tmp_path / "results" / "glue_finetuned.md").read_text()
     again = sweep(tiny_paths, shared_data, tmp_path)
     assert again.count(": ok in ") == 1 and again.count("skip ") == 12, again
     assert "cola/dme/seed 2: ok" in again
