@@ -18,7 +18,7 @@ The protocol (docs/studies.md states it with the numbers):
 
 Each run is its own process writing `runs_dir/TASK/ROW/seed_N/` (default `results/glue_finetuned_runs/`, committed so
 that chunks add up): `result.json` (written last, so a run cut off is rerun from the start and a finished one skipped),
-`predictions.npz` (every epoch's dev and held-out outputs) and `log.txt`.
+`predictions.npz` (the chosen epoch's dev and held-out outputs) and `log.txt`.
 `--tasks/--rows/--seeds` run the sweep in chunks; `--report_only` writes the tables from what has finished:
 `results/glue_finetuned.{json,md}`.
 """
@@ -203,7 +203,7 @@ def run_one(task: str, row_name: str, seed: int, args) -> None:
     if spec.name == "cola" and row.fusion == "dme" and row.kind == "fused":
         result["fusion_examples"] = model.predict_with_fusion_weights(tokenizer, FUSION_EXAMPLES)
     shutil.rmtree(scratch, ignore_errors=True)
-    np.savez_compressed(os.path.join(out_dir, "predictions.npz"), **arrays)
+    np.savez_compressed(os.path.join(out_dir, "predictions.npz"), **kept_arrays(arrays, chosen_epoch(result)))
     tmp = os.path.join(out_dir, "result.json.tmp")
     with open(tmp, "w") as f:
         json.dump(result, f, indent=1)
@@ -249,6 +249,14 @@ def load_runs(args, task: str, row: str) -> dict[int, tuple[dict, dict]]:
             with open(os.path.join(path, "result.json")) as f, np.load(os.path.join(path, "predictions.npz")) as z:
                 runs[seed] = (json.load(f), dict(z))
     return runs
+
+
+def kept_arrays(arrays: dict, chosen: int) -> dict:
+    """What a run keeps of its per-epoch arrays: the outputs of the chosen epoch (all the report reads: per-epoch
+    scores are in result.json) and the gold labels once (the same every epoch), so that a run's file stays small."""
+    return {key: value for key, value in arrays.items()
+            if key.endswith(f"_{chosen}") and "_outputs_" in key
+            or key.endswith("_1") and ("_labels_" in key or "_lengths_" in key)}
 
 
 def chosen_epoch(result: dict) -> int:

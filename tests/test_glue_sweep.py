@@ -50,7 +50,8 @@ def test_sweep_chooses_on_the_heldout_slice_reports_baselines_and_resumes(tiny_p
             folder = tmp_path / "runs" / task / name / "seed_1"
             assert sorted(p.name for p in folder.iterdir()) == ["log.txt", "predictions.npz", "result.json"]
             with np.load(folder / "predictions.npz") as stored:
-                assert stored["dev_outputs_1"].dtype == np.float32
+                assert stored[f"dev_outputs_{chosen}"].dtype == np.float32
+                assert not any(k.startswith("dev_outputs_") and k != f"dev_outputs_{chosen}" for k in stored)
         weights = rows["dme"]["fusion_weights"]
         assert set(weights) == {"MiniLM", "MPNet"} and abs(sum(weights.values()) - 1) < 1e-4
         assert rows["ensemble"]["seeds"] == [1, 2]
