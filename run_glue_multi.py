@@ -37,7 +37,7 @@ from hf_multiencoder import (
 )
 from hf_multiencoder.data.corpus import build_corpus, task_texts
 from hf_multiencoder.data.feature_cache import CachedFeaturesCollator, add_member_features
-from hf_multiencoder.data.loading import keep_length_column, load_task, tokenize_task
+from hf_multiencoder.data.loading import keep_length_column, load_task, load_texts, tokenize_task
 from hf_multiencoder.data.tasks import TASKS, TaskSpec, import_task_modules
 from hf_multiencoder.models.modeling_multiencoder import word_tags
 from hf_multiencoder.pretraining.adaptation import adapt_members, default_training_arguments
@@ -51,10 +51,16 @@ from hf_multiencoder.training.arguments import (
     from_encoders_kwargs,
     metric_for_best_model_given,
 )
-from hf_multiencoder.training.fast_path import apply_fast_path
+from hf_multiencoder.training.fast_path import apply_fast_path, given_options
 from hf_multiencoder.training.lora import get_multiencoder_lora_model, merge_lora_after_training
 from hf_multiencoder.training.metrics import build_compute_metrics, fusion_weights_from_metrics
 from hf_multiencoder.training.model_card import MultiEncoderModelCardData, save_seeds_card
+from hf_multiencoder.training.prediction import (
+    RESULT_FILES,
+    load_model_for_prediction,
+    predict_records,
+    write_predictions,
+)
 from hf_multiencoder.training.results import format_summary, mean_by_key, summarize
 from hf_multiencoder.training.runs import (
     prepare_runs,
@@ -115,8 +121,10 @@ class DataTrainingArguments:
 
     def __post_init__(self):
         import_task_modules(self.task_module)
-        if self.task_name is None and self.train_file is None and self.validation_file is None:
-            raise ValueError("Give a `task_name` or your own `train_file`/`validation_file`.")
+        if self.task_name is None and self.train_file is None and self.validation_file is None \
+                and self.test_file is None:
+            raise ValueError("Give a `task_name` or your own `train_file`/`validation_file` (or, to predict with a "
+                             "saved model, `--model_name_or_path FOLDER --test_file FILE --do_predict`).")
         check_max_seq_length(self.max_seq_length)
         check_run_limits(self)
         if self.task_name is not None:
@@ -143,6 +151,9 @@ def parse_args(argv: list[str] | None = None):
         raise ValueError("--frozen_feature_cache stores the vectors of frozen members: give --freeze_encoders too "
                          "(the members that stay frozen), or leave it out.")
     default_to_train_and_eval(training_args, argv)
+    if predicting_only(training_args):
+        check_predict_only(model_args, data_args, argv)
+        return model_args, data_args, training_args
     if training_args.do_train and data_args.task_name is None and data_args.train_file is None:
         raise ValueError("Training (--do_train, or the default train + evaluate) needs a training file: add "
                          "--train_file, or pass --do_eval alone to evaluate a saved model (--model_name_or_path).")
@@ -153,6 +164,73 @@ def parse_args(argv: list[str] | None = None):
         training_args.metric_for_best_model = None
         training_args.greater_is_better = None
     return model_args, data_args, training_args
+
+
+# Options that build or train a model: a prediction with a saved model (--do_predict alone) cannot honour them.
+TRAINING_ONLY_OPTIONS = ("encoders", "encoder_names", "fusion", "fusion_dim", "fusion_gating", "pooling",
+                         "word_pooling", "encoder_dropout", "encoder_learning_rates", "head_learning_rate",
+                         "freeze_encoders", "lora_r", "adaptive_mlm_epochs", "frozen_feature_cache", "seeds",
+                         "train_file", "validation_file", "learning_rate", "num_train_epochs", "max_steps",
+                         "resume_from_checkpoint", "max_train_samples", "max_eval_samples")
+
+
+def predicting_only(training_args) -> bool:
+    return training_args.do_predict and not training_args.do_train and not training_args.do_eval
+
+
+def check_predict_only(model_args, data_args, argv: list[str]) -> None:
+    """--do_predict alone predicts with a saved model: it needs that model and inputs, and refuses training options
+    (which it would otherwise ignore)."""
+    if not model_args.model_name_or_path:
+        raise ValueError("--do_predict alone predicts with a saved model: give --model_name_or_path FOLDER (a folder "
+                         "run_glue_multi.py wrote), or add --do_train to train one first.")
+    if data_args.test_file is None and data_args.task_name is None:
+        raise ValueError("--do_predict needs inputs: --test_file FILE (CSV/TSV/JSON(L); its text column(s) by "
+                         "--text_column_names, else sentence1/sentence2 or the first string column(s)) or "
+                         "--task_name (its test split).")
+    given = sorted(set(given_options(argv)) & set(TRAINING_ONLY_OPTIONS))
+    if given:
+        raise ValueError(f"{', '.join('--' + g for g in given)} train(s) a model, but --do_predict alone predicts "
+                         f"with the saved {model_args.model_name_or_path}: leave them out, or add --do_train.")
+
+
+def predict_only(model_args, data_args, training_args) -> dict:
+    """Predict the inputs with the saved model alone (its labels are in its config): `predict_results.jsonl` (text,
+    label, score, each member's weight) and `predict_results.txt` in --output_dir, and nothing else (no card)."""
+    output_dir = training_args.output_dir
+    old = [name for name in RESULT_FILES if os.path.exists(os.path.join(output_dir, name))]
+    if old and not data_args.overwrite_output_dir:
+        raise ValueError(f"{output_dir} already holds {', '.join(old)}: choose another --output_dir, or pass "
+                         f"--overwrite_output_dir true to replace them.")
+    if data_args.test_file is not None:
+        texts, pairs = load_texts(data_args.test_file, data_args.text_column_names)
+        source = data_args.test_file
+    else:
+        raw, spec = load_data(data_args)
+        if "test" not in raw:
+            raise ValueError(f"Task {spec.name} has no test split to predict: give --test_file.")
+        test = raw["test"]
+        if spec.kind == "token":
+            texts, pairs = [" ".join(words) for words in test["tokens"]], None
+        else:
+            texts = test["sentence1"]
+            pairs = test["sentence2"] if "sentence2" in test.column_names else None
+        source = f"the {spec.name} test split"
+    if data_args.max_predict_samples is not None:
+        texts = texts[: data_args.max_predict_samples]
+        pairs = None if pairs is None else pairs[: data_args.max_predict_samples]
+    model = load_model_for_prediction(model_args.model_name_or_path, cache_dir=model_args.cache_dir)
+    model.to(training_args.device)
+    tokenizer = build_tokenizer(model_args)
+    tokenizer.check_model(model)
+    print(f"Predicting {len(texts)} input(s) of {source} with {model_args.model_name_or_path} (members "
+          f"{model.config.encoder_names})", flush=True)
+    records = predict_records(model, tokenizer, texts, pairs, batch_size=training_args.per_device_eval_batch_size,
+                              max_length=data_args.max_seq_length, device=training_args.device)
+    paths = write_predictions(records, output_dir)
+    print(f"Predictions: {paths['predict_results.jsonl']} (text, label, score, fusion weights) and "
+          f"{paths['predict_results.txt']}", flush=True)
+    return {"predictions": len(records), "files": paths}
 
 
 # ---- data ----------------------------------------------------------------------------------------------------------
@@ -392,26 +470,24 @@ def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokeni
                 print(f"\nFusion weights ({training_args.output_dir}):\n{text}", flush=True)
 
     if training_args.do_predict and "test" in tokenized:
-        test = tokenized["test"]
-        if spec.kind != "token" and "label" in test.column_names:
-            test = test.remove_columns("label")  # unlabelled (-1) in GLUE test files
-        predictions = trainer.predict(test, metric_key_prefix="predict").predictions  # gathered from every process
-        logits = predictions[0] if isinstance(predictions, tuple) else predictions
-        path = os.path.join(training_args.output_dir, "predict_results.txt")
-        with open(path if trainer.is_world_process_zero() else os.devnull, "w") as f:
-            f.write("index\tprediction\n")
-            if spec.kind == "token":  # one tag per word of each sentence (padding and cut-off words handled)
-                word_mask = predictions[-1]
+        if spec.kind == "token":  # one tag per given word of each sentence (padding and cut-off words handled)
+            test = tokenized["test"]
+            predictions = trainer.predict(test, metric_key_prefix="predict").predictions  # from every process
+            logits, word_mask = (predictions[0] if isinstance(predictions, tuple) else predictions), predictions[-1]
+            path = os.path.join(training_args.output_dir, "predict_results.txt")
+            with open(path if trainer.is_world_process_zero() else os.devnull, "w") as f:
+                f.write("index\tprediction\n")
                 lengths = np.array([len(mask) for mask in test["word_mask"]])
                 keep = np.arange(logits.shape[1])[None, :] < lengths[:, None]
                 for i, tags in enumerate(word_tags(logits, word_mask, keep, dict(enumerate(spec.label_list)))):
                     f.write(f"{i}\t{' '.join(tags)}\n")
-            else:
-                for i, row in enumerate(logits):
-                    if spec.is_regression:
-                        f.write(f"{i}\t{float(np.squeeze(row)):.3f}\n")
-                    else:
-                        f.write(f"{i}\t{spec.label_list[int(row.argmax())]}\n")
+        elif trainer.is_world_process_zero():  # the text, label, score and member weights of each test input
+            test = select(raw["test"], data_args.max_predict_samples)
+            pairs = test["sentence2"] if "sentence2" in test.column_names else None
+            records = predict_records(trainer.model.eval(), tokenizer, test["sentence1"], pairs,
+                                      batch_size=training_args.per_device_eval_batch_size,
+                                      max_length=data_args.max_seq_length, device=training_args.device)
+            write_predictions(records, training_args.output_dir)
     # As run_glue.py: a model card at the end (README.md + fusion-weight plot in output_dir), pushed if asked.
     card_kwargs = {"tasks": "token-classification" if spec.kind == "token" else "text-classification"}
     if training_args.push_to_hub:
@@ -468,6 +544,8 @@ def print_summary(table: dict, results: list[dict], spec: TaskSpec) -> None:
 def main(argv: list[str] | None = None) -> dict:
     model_args, data_args, training_args = parse_args(argv)
     setup_run(training_args, logger.name)
+    if predicting_only(training_args):
+        return predict_only(model_args, data_args, training_args)
 
     seeds, base_output, run_args, resuming = prepare_runs(model_args, data_args, training_args)
 

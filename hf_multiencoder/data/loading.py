@@ -608,6 +608,90 @@ def _check_not_empty(path: str, tabular: bool) -> None:
                          f"and no data rows.")
 
 
+def _read_table_files(files: dict[str, str], file_format: str, cache_dir: str | None = None) -> DatasetDict:
+    """CSV/TSV/JSON(L) files (split -> path) as a `DatasetDict`; an empty, header-only or unparsable file is an error
+    naming it."""
+    for path in files.values():
+        _check_not_empty(path, tabular=file_format != "json")
+    kwargs = {"delimiter": "\t"} if file_format == "tsv" else {}
+    builder = "json" if file_format == "json" else "csv"
+    try:
+        raw = datasets.load_dataset(builder, data_files=files, cache_dir=cache_dir, **kwargs)
+    except Exception as err:  # noqa: BLE001 - datasets wraps the parser's error; name the files and the cause
+        cause = err.__cause__ or err.__context__
+        because = f" (caused by {type(cause).__name__}: {cause})" if cause is not None else ""
+        raise ValueError(f"Could not read {', '.join(files.values())} as {file_format.upper()}: "
+                         f"{type(err).__name__}: {err}{because}. Is a file empty, header-only, or are its rows of "
+                         f"different lengths?") from err
+    for split, ds in raw.items():
+        if len(ds) == 0:
+            raise ValueError(f"{files[split]} holds no rows (empty, or a header only).")
+    return raw
+
+
+def _choose_text_columns(reference: Dataset, where: str, label_column: str | None,
+                         text_columns: list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
+    """The text column(s), run_glue.py's way: `text_columns` if given; else `sentence1` (and `sentence2`); else the
+    first two string columns that are not the label, or the only one. The choice is logged."""
+    # text is what is not the label and holds strings (an `id` column of numbers is no text)
+    non_label = [c for c in reference.column_names if c != label_column
+                 and getattr(reference.features[c], "dtype", None) in ("string", "large_string")]
+    if text_columns:
+        text_columns = tuple(text_columns)
+        if len(text_columns) > 2:
+            raise ValueError(f"`text_columns` takes one or two columns (a sentence or a pair), got {text_columns}.")
+        missing = [c for c in text_columns if c not in reference.column_names]
+        if missing:
+            raise ValueError(f"{where}: no text column(s) {missing}; the columns are {reference.column_names}.")
+        return text_columns
+    if "sentence1" in non_label:
+        text_columns = ("sentence1", "sentence2") if "sentence2" in non_label else ("sentence1",)
+    elif len(non_label) >= 2:
+        text_columns = tuple(non_label[:2])
+    elif non_label:
+        text_columns = (non_label[0],)
+    else:
+        besides = f" besides the label column {label_column!r}" if label_column else ""
+        raise ValueError(f"{where}: no text column{besides}; the columns are {reference.column_names}.")
+    shape = "a sentence pair" if len(text_columns) == 2 else "one sentence"
+    label = f", label column {label_column!r}" if label_column else ""
+    logger.warning(f"Text column(s) {list(text_columns)} (read as {shape}){label}; pass text_columns "
+                   f"(--text_column_names) to choose others.")
+    return text_columns
+
+
+def load_texts(path: str, text_columns: list[str] | None = None, words_column: str = "tokens",
+               cache_dir: str | None = None) -> tuple[list[str], list[str] | None]:
+    """The inputs of a CSV/TSV/JSON(L) file to predict, labelled or not: `(texts, text_pairs or None)`.
+
+    Text columns are chosen as in [`load_files`] (a `label` column is never text); a JSON file whose rows hold
+    pre-split words in `words_column` (CoNLL-style, as `load_conll_files` returns them) gives those words joined by
+    spaces. Every row must hold text."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"Data file {path} does not exist.")
+    extension = os.path.splitext(path)[1].lower()
+    if extension not in _FILE_FORMATS:
+        raise ValueError(f"{path}: unsupported extension {extension!r}; use one of {', '.join(_FILE_FORMATS)}.")
+    ds = _read_table_files({"test": path}, _FILE_FORMATS[extension], cache_dir)["test"]
+    if not text_columns and words_column in ds.column_names and not any(
+            c in ds.column_names for c in ("sentence1", "text", "sentence")):
+        rows = ds[words_column]
+        for i, words in enumerate(rows):
+            if not isinstance(words, list) or not words or not all(isinstance(w, str) for w in words):
+                raise ValueError(f"{path}: row {i + 1} has no list of words in column {words_column!r} ({words!r}).")
+        return [" ".join(words) for words in rows], None
+    columns = _choose_text_columns(ds, path, "label", text_columns)
+    row = 2 if extension in (".csv", ".tsv") else 1
+    out = []
+    for col in columns:
+        values = ds[col]
+        for i, text in enumerate(values):
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError(f"{path}: row {i + row} has no text in column {col!r} ({text!r}).")
+        out.append(values)
+    return out[0], (out[1] if len(out) == 2 else None)
+
+
 def load_files(
     train_file: str | None = None,
     validation_file: str | None = None,
@@ -642,21 +726,7 @@ def load_files(
     if len(formats) > 1:
         raise ValueError(f"All data files must have the same format (csv, tsv or json); got {files}.")
     file_format = formats.pop()
-    for path in files.values():
-        _check_not_empty(path, tabular=file_format != "json")
-    kwargs = {"delimiter": "\t"} if file_format == "tsv" else {}
-    builder = "json" if file_format == "json" else "csv"
-    try:
-        raw = datasets.load_dataset(builder, data_files=files, cache_dir=cache_dir, **kwargs)
-    except Exception as err:  # noqa: BLE001 - datasets wraps the parser's error; name the files and the cause
-        cause = err.__cause__ or err.__context__
-        because = f" (caused by {type(cause).__name__}: {cause})" if cause is not None else ""
-        raise ValueError(f"Could not read {', '.join(files.values())} as {file_format.upper()}: "
-                         f"{type(err).__name__}: {err}{because}. Is a file empty, header-only, or are its rows of "
-                         f"different lengths?") from err
-    for split, ds in raw.items():
-        if len(ds) == 0:
-            raise ValueError(f"{files[split]} holds no rows (empty, or a header only).")
+    raw = _read_table_files(files, file_format, cache_dir)
 
     labelled = [split for split in raw if label_column in raw[split].column_names]
     for split in raw:
@@ -670,28 +740,7 @@ def load_files(
                          f"the columns are {raw[next(iter(raw))].column_names}.")
 
     reference = raw[labelled[0]]
-    # text is what is not the label and holds strings (an `id` column of numbers is no text)
-    non_label = [c for c in reference.column_names if c != label_column
-                 and getattr(reference.features[c], "dtype", None) in ("string", "large_string")]
-    if text_columns:
-        text_columns = tuple(text_columns)
-        if len(text_columns) > 2:
-            raise ValueError(f"`text_columns` takes one or two columns (a sentence or a pair), got {text_columns}.")
-        missing = [c for c in text_columns if c not in reference.column_names]
-        if missing:
-            raise ValueError(f"{files[labelled[0]]}: no text column(s) {missing}; the columns are "
-                             f"{reference.column_names}.")
-    elif "sentence1" in non_label:
-        text_columns = ("sentence1", "sentence2") if "sentence2" in non_label else ("sentence1",)
-    elif len(non_label) >= 2:
-        text_columns = tuple(non_label[:2])
-    elif non_label:
-        text_columns = (non_label[0],)
-    else:
-        raise ValueError(f"{files[labelled[0]]}: no text column besides the label column {label_column!r}.")
-    shape = "a sentence pair" if len(text_columns) == 2 else "one sentence"
-    logger.warning(f"Text column(s) {list(text_columns)} (read as {shape}), label column {label_column!r}; pass "
-                f"text_columns (--text_column_names) to choose others.")
+    text_columns = _choose_text_columns(reference, files[labelled[0]], label_column, text_columns)
 
     dtype = reference.features[label_column].dtype if isinstance(reference.features[label_column], Value) else None
     is_regression = dtype in ("float16", "float32", "float64")

@@ -134,6 +134,8 @@ class MultiEncoderTrainer(AtomicCheckpointMixin, Trainer):
             data.model_name = model_name
         if repo_id and data.model_id != repo_id:
             data.model_id, data.revision = repo_id, None
+        elif not repo_id and not data.model_id:  # a local run: the card's snippet loads the folder it sits in
+            data.model_id = self.args.output_dir
         save_model_card(self.args.output_dir, data, model=self.accelerator.unwrap_model(self.model))
 
     def push_to_hub(self, commit_message: str | None = "End of training", blocking: bool = True,
