@@ -127,6 +127,8 @@ def test_stsb_regression_end_to_end(tiny_paths, tmp_path, shared_data):
     assert {"eval_pearson", "eval_spearmanr"} <= set(results)
     config = json.load(open(out / "config.json"))
     assert config["problem_type"] == "regression" and config["pooling"] == ["cls", "last4"]
+    # a local run's card loads the folder it sits in, not a placeholder id
+    assert f'model_id = "{out}"' in (out / "README.md").read_text()
 
 
 def test_wnut17_token_classification_end_to_end(tiny_paths, tmp_path, shared_data):
