@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import gzip
+import json
 import logging
 import math
 import os
@@ -618,6 +619,7 @@ def _read_table_files(files: dict[str, str], file_format: str, cache_dir: str | 
     try:
         raw = datasets.load_dataset(builder, data_files=files, cache_dir=cache_dir, **kwargs)
     except Exception as err:  # noqa: BLE001 - datasets wraps the parser's error; name the files and the cause
+        _check_same_columns(files, file_format)
         cause = err.__cause__ or err.__context__
         because = f" (caused by {type(cause).__name__}: {cause})" if cause is not None else ""
         raise ValueError(f"Could not read {', '.join(files.values())} as {file_format.upper()}: "
@@ -627,6 +629,33 @@ def _read_table_files(files: dict[str, str], file_format: str, cache_dir: str | 
         if len(ds) == 0:
             raise ValueError(f"{files[split]} holds no rows (empty, or a header only).")
     return raw
+
+
+def _file_columns(path: str, file_format: str) -> list[str] | None:
+    """The columns of a CSV/TSV file's header, or the keys of a JSON Lines file's first row (None if unknown)."""
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            if file_format == "json":
+                first = json.loads(next(line for line in f if line.strip()))
+                return sorted(first) if isinstance(first, dict) else None
+            return next(csv.reader(f, delimiter="\t" if file_format == "tsv" else ","))
+    except (ValueError, StopIteration, UnicodeDecodeError):
+        return None
+
+
+def _check_same_columns(files: dict[str, str], file_format: str) -> None:
+    """Files read together must have the same columns (a test file may leave out the label column): name the file
+    that differs, where `datasets` would report a cast error between schemas."""
+    columns = {split: _file_columns(path, file_format) for split, path in files.items()}
+    reference = next(iter(files))
+    for split, cols in columns.items():
+        if cols is None or columns[reference] is None or split == reference:
+            continue
+        fewer = split == "test" and set(cols) < set(columns[reference])  # a test file without labels
+        if sorted(cols) != sorted(columns[reference]) and not fewer:
+            raise ValueError(f"{files[split]} has the columns {cols} but {files[reference]} has "
+                             f"{columns[reference]}: every file needs the same text and label columns (a test file "
+                             f"may leave out the label column). Rename the columns to match.")
 
 
 def _choose_text_columns(reference: Dataset, where: str, label_column: str | None,
@@ -715,8 +744,13 @@ def load_files(
     files = {split: path for split, path in files.items() if path}
     if not files:
         raise ValueError("load_files needs at least one of train_file, validation_file or test_file.")
+    if isinstance(text_columns, str):
+        text_columns = [text_columns]  # one column named by itself
     formats = set()
     for path in files.values():
+        if os.path.isdir(path):
+            raise ValueError(f"Data file {path} is a folder: give a CSV/TSV/JSON(L) file inside it (for a registered "
+                             f"task's folder, pass its name as the task and the folder above as data_dir).")
         if not os.path.isfile(path):
             raise FileNotFoundError(f"Data file {path} does not exist.")
         extension = os.path.splitext(path)[1].lower()

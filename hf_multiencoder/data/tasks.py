@@ -18,6 +18,7 @@ This module is pure data (no `datasets` import): readers are named here and impl
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -217,7 +218,10 @@ def get_task(task_name: str | TaskSpec) -> TaskSpec:
     key = task_name.strip().lower() if isinstance(task_name, str) else task_name
     key = _ALIASES.get(key, key)
     if key not in TASKS:
-        raise ValueError(f"Unknown task {task_name!r}. Known tasks: {', '.join(TASKS)}.")
+        close = difflib.get_close_matches(str(key), [*TASKS, *_ALIASES], n=1, cutoff=0.6)
+        meant = f" Did you mean {_ALIASES.get(close[0], close[0])!r}?" if close else ""
+        raise ValueError(f"Unknown task {task_name!r}.{meant} Known tasks: {', '.join(TASKS)}; for your own files, "
+                         f"pass train_file=... (--train_file) instead of a task name.")
     return TASKS[key]
 
 

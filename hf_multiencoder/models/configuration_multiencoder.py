@@ -51,6 +51,15 @@ def _per_member(name: str, value: Any, n: int) -> list[Any]:
     return [value] * n
 
 
+def check_unique_names(names: list[str]) -> None:
+    """Members' display names key fusion weights and per-member options: the same name twice (the same checkpoint
+    given twice, with no names) is an error saying to name them."""
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ValueError(f"`encoder_names` must be unique, got {names} ({repeated} more than once; the same "
+                         f"checkpoint twice needs names): pass encoder_names=[...] with a distinct name per member.")
+
+
 def member_hidden_size(config: PreTrainedConfig) -> int:
     """Width of a member's token states (``dim`` for DistilBERT, ``hidden_size`` elsewhere)."""
     for attr in ("hidden_size", "dim", "d_model"):
@@ -194,11 +203,14 @@ class MultiEncoderConfig(PreTrainedConfig):
         if self.encoder_names is None:
             self.encoder_names = [c.get("_name_or_path") or f"{c.get('model_type', 'encoder')}_{i}" for i, c in
                                   enumerate(self.encoders)]
+        if not isinstance(self.encoder_names, (list, tuple)):
+            raise ValueError(f"`encoder_names` must be a list with one name per member encoder ({n}), got "
+                             f"{self.encoder_names!r}.")
         self.encoder_names = [str(name) for name in self.encoder_names]
         if len(self.encoder_names) != n:
-            raise ValueError(f"`encoder_names` has {len(self.encoder_names)} names for {n} member encoders.")
-        if len(set(self.encoder_names)) != n:
-            raise ValueError(f"`encoder_names` must be unique, got {self.encoder_names}.")
+            raise ValueError(f"`encoder_names` has {len(self.encoder_names)} names for {n} member encoders: give one "
+                             f"name per member, in the members' order (or leave it out).")
+        check_unique_names(self.encoder_names)
         if self.tokenizer_fingerprints is not None and len(self.tokenizer_fingerprints) != n:
             raise ValueError(f"`tokenizer_fingerprints` has {len(self.tokenizer_fingerprints)} entries for {n} "
                              f"member encoders.")

@@ -37,8 +37,30 @@ def normalized_concat(member_embeddings: list[torch.Tensor], weights: list[float
     return torch.cat([w * F.normalize(e, p=2, dim=-1) for w, e in zip(weights, member_embeddings)], dim=-1)
 
 
+def check_batch_size(batch_size) -> None:
+    """`batch_size` of `encode` and the predict helpers: a positive integer (a bool is not one)."""
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"`batch_size` must be a positive integer, got {batch_size!r}.")
+
+
+def as_text_list(sentences) -> list:
+    """The texts of `encode` and the predict helpers as a list: one string, a list, or any iterable (a generator)."""
+    if isinstance(sentences, str):
+        return [sentences]
+    if sentences is None or isinstance(sentences, (bytes, bytearray, dict)) or not hasattr(sentences, "__iter__"):
+        raise ValueError(f"`sentences` is {type(sentences).__name__}: give a string, or a list (any iterable) of "
+                         f"strings" + (" (decode bytes first: `data.decode('utf-8')`)." if isinstance(
+                             sentences, (bytes, bytearray)) else "."))
+    return list(sentences)
+
+
 def _as_2d_tensor(x, name: str) -> torch.Tensor:
-    x = torch.as_tensor(x)  # numpy arrays too, without importing numpy here
+    try:
+        x = torch.as_tensor(x)  # numpy arrays too, without importing numpy here
+    except (TypeError, ValueError, RuntimeError):
+        raise ValueError(f"`{name}` is {type(x).__name__}{'' if x is None else ' ' + repr(x)[:40]}, not embeddings: "
+                         f"pass the vectors `encode` returned (a tensor or array of shape (n, dim) or (dim,)), not "
+                         f"the texts.") from None
     if x.dim() == 1:
         x = x.unsqueeze(0)
     if x.dim() != 2:
@@ -148,10 +170,9 @@ class MultiEncoderEmbeddingMixin:
             raise ValueError("`encode` needs the model's MultiEncoderTokenizer: pass tokenizer=MultiEncoderTokenizer."
                              "from_encoders([...]) (or .from_pretrained(folder) for a saved model).")
         tokenizer.check_model(self)
-        if batch_size < 1:
-            raise ValueError(f"`batch_size` must be a positive integer, got {batch_size}.")
+        check_batch_size(batch_size)
         single = isinstance(sentences, str)
-        sentences = [sentences] if single else list(sentences)
+        sentences = as_text_list(sentences)
         for i, sentence in enumerate(sentences):
             if not isinstance(sentence, str):
                 raise ValueError(f"`sentences` must be strings; item {i} is a {type(sentence).__name__}.")
@@ -202,4 +223,4 @@ class MultiEncoderEmbeddingMixin:
         return F.cosine_similarity(a, b, dim=-1)
 
 
-__all__ = ["MultiEncoderEmbeddingMixin", "normalized_concat"]
+__all__ = ["MultiEncoderEmbeddingMixin", "as_text_list", "check_batch_size", "normalized_concat"]

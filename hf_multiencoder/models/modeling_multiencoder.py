@@ -11,6 +11,8 @@ Shipped next to the weights (``trust_remote_code``): imports only ``torch``, ``t
 from __future__ import annotations
 
 import inspect
+import json
+import os
 import re
 from dataclasses import dataclass
 
@@ -25,12 +27,12 @@ try:  # transformers 5.x: initialisers that skip weights already loaded
 except ImportError:  # transformers 4.x: the shipped files load there too
     from torch.nn import init
 
-from .configuration_multiencoder import MultiEncoderConfig, set_member_dropout
-from .embedding_multiencoder import MultiEncoderEmbeddingMixin
+from .configuration_multiencoder import MultiEncoderConfig, _check_dropout, _per_member, set_member_dropout
+from .embedding_multiencoder import MultiEncoderEmbeddingMixin, as_text_list, check_batch_size
 from .fusion_multiencoder import build_fusion
 from .pipeline_multiencoder import CLASSIFICATION_TASK, CUSTOM_PIPELINES, NER_TASK
 from .precision_multiencoder import bf16_pays  # noqa: F401 (transformers < 5 copies direct relative imports only)
-from .tokenization_multiencoder import check_member_source, pad_rows, tokenizer_fingerprint
+from .tokenization_multiencoder import check_local_source, check_member_source, pad_rows, tokenizer_fingerprint
 
 _INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids", "word_ids")
 # Members' poolers are kept (an exported member loads clean) but unused; checkpoints of earlier versions lack them.
@@ -297,6 +299,10 @@ def sequence_loss(logits: torch.Tensor, labels: torch.Tensor, problem_type: str)
     MSE on squeezed tensors for ``"regression"``, cross-entropy for ``"single_label_classification"``, BCE with logits
     on multi-hot floats for ``"multi_label_classification"``."""
     labels = labels.to(logits.device)
+    if labels.dim() == 0 or labels.size(0) != logits.size(0):
+        raise ValueError(f"{1 if labels.dim() == 0 else labels.size(0)} label(s) for a batch of {logits.size(0)} "
+                         f"examples: give one label per example (`labels` of shape (batch,), or (batch, num_labels) "
+                         f"for multi-label classification).")
     if problem_type == "regression":
         return MSELoss()(logits.squeeze(-1), labels.squeeze(-1).to(logits.dtype))
     if problem_type == "single_label_classification":
@@ -379,8 +385,16 @@ class MultiEncoderPreTrainedModel(MultiEncoderEmbeddingMixin, PreTrainedModel):
         may the weights under `expected_differences` (name prefixes: the multi-task model's heads of tasks added or
         dropped on purpose)."""
         output_loading_info = kwargs.pop("output_loading_info", False)
-        model, info = super().from_pretrained(pretrained_model_name_or_path, *model_args, output_loading_info=True,
-                                              **kwargs)
+        if kwargs.get("config") is None:
+            cls._check_saved_folder(pretrained_model_name_or_path, kwargs.get("subfolder") or "")
+        try:
+            model, info = super().from_pretrained(pretrained_model_name_or_path, *model_args,
+                                                  output_loading_info=True, **kwargs)
+        except Exception as err:
+            if type(err).__name__ != "SafetensorError":
+                raise
+            raise OSError(f"{pretrained_model_name_or_path}: a weights file is damaged ({err}): it was cut off or "
+                          f"overwritten. Save the model again, or copy the file anew.") from err
         saved = (getattr(model.config, "architectures", None) or [None])[0]
         if cls.__name__ in _HEAD_CLASSES and saved in _HEAD_CLASSES and saved != cls.__name__:
             raise ValueError(f"{pretrained_model_name_or_path} was saved as a {saved}, not a {cls.__name__}: its head "
@@ -400,6 +414,40 @@ class MultiEncoderPreTrainedModel(MultiEncoderEmbeddingMixin, PreTrainedModel):
             )
         model.base_model.freeze_member_poolers()
         return (model, info) if output_loading_info else model
+
+    @classmethod
+    def _check_saved_folder(cls, path, subfolder: str = "") -> None:
+        """A local path that is no saved multi-encoder is an error saying what it is and what to give instead (not a
+        Hub error about repo ids, nor an error from deep inside the config)."""
+        check_local_source(path, "Model folder")
+        if not isinstance(path, (str, os.PathLike)) or not os.path.exists(path):
+            return  # a Hub id
+        if os.path.isfile(path):
+            raise ValueError(f"{os.fspath(path)!r} is a file: give the folder the model was saved in (the one holding "
+                             f"config.json and model.safetensors).")
+        folder = os.path.join(path, subfolder) if subfolder else os.fspath(path)
+        config_file = os.path.join(folder, "config.json")
+        if not os.path.isfile(config_file):
+            raise FileNotFoundError(
+                f"{folder} holds no config.json: it is not a saved model. Give the folder `save_pretrained` wrote, "
+                f"or assemble a new model from pretrained members with {cls.__name__}.from_encoders([...]).")
+        try:
+            with open(config_file, encoding="utf-8") as f:
+                model_type = json.load(f).get("model_type")
+        except (ValueError, UnicodeDecodeError) as err:
+            raise OSError(f"{config_file} is damaged (not JSON: {err}): save the model again, or restore the file "
+                          f"from a copy.") from None
+        if not str(model_type).startswith("multiencoder"):  # the multi-task model's folders load as a base too
+            raise ValueError(
+                f"{folder} holds a {model_type!r} model, not a multi-encoder: load it with "
+                f"AutoModel.from_pretrained, or make it a member with {cls.__name__}.from_encoders([{str(folder)!r}, "
+                f"...]).")
+        weights = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                   "pytorch_model.bin.index.json")
+        if not any(os.path.isfile(os.path.join(folder, name)) for name in weights):
+            raise FileNotFoundError(f"{folder} has config.json but no weights (model.safetensors): the save was "
+                                    f"interrupted or the weights were not copied. Save the model again, or copy "
+                                    f"model.safetensors into it.")
 
     def estimate_tokens(self, input_dict) -> int:
         """Tokens in a batch, summed over members (``input_ids`` is a list here)."""
@@ -436,10 +484,10 @@ class MultiEncoderPreTrainedModel(MultiEncoderEmbeddingMixin, PreTrainedModel):
         if isinstance(encoders, str) or not encoders:
             raise ValueError("`encoders` must be a non-empty list of checkpoint names or folders.")
         encoder_kwargs = dict(encoder_kwargs or {})
-        dropouts = kwargs.get("encoder_dropout")
-        dropouts = dropouts if isinstance(dropouts, (list, tuple)) else [dropouts] * len(encoders)
-        if len(dropouts) != len(encoders):
-            raise ValueError(f"`encoder_dropout` has {len(dropouts)} values for {len(encoders)} member encoders.")
+        # checked before the members load (each member's config would refuse a bad value in its own words)
+        dropouts = _per_member("encoder_dropout", kwargs.get("encoder_dropout"), len(encoders))
+        for dropout in dropouts:
+            _check_dropout("encoder_dropout", dropout)
         members = []
         for name, dropout in zip(encoders, dropouts):
             check_member_source(name)
@@ -564,15 +612,26 @@ class MultiEncoderModel(MultiEncoderPreTrainedModel):
         """Shapes and lengths on every call (no synchronisation); token ids within each member's vocabulary on every
         CPU call and the first accelerator call (a tensor comparison synchronises the device)."""
         names = self.config.encoder_names
+        batch_sizes = {}
         for i, ids in enumerate(input_ids):
             if ids is None:
                 continue
+            if ids.dim() != 2:
+                raise ValueError(f"Member {i} ({names[i]}): `input_ids` must be a (batch, seq) tensor, got shape "
+                                 f"{tuple(ids.shape)}: tokenize with return_tensors='pt' (a batch of one text is "
+                                 f"(1, seq)).")
+            batch_sizes[i] = ids.size(0)
+            if len(set(batch_sizes.values())) > 1:
+                first = next(iter(batch_sizes))
+                raise ValueError(f"Member {i} ({names[i]}) got a batch of {ids.size(0)} examples but member {first} "
+                                 f"({names[first]}) of {batch_sizes[first]}: every member needs the same examples, in "
+                                 f"the same order; tokenize the batch once with MultiEncoderTokenizer.")
             for key, other in (("attention_mask", attention_mask[i]), ("token_type_ids", token_type_ids[i])):
                 if other is not None and other.shape != ids.shape:
                     raise ValueError(f"Member {i} ({names[i]}): `{key}` has shape {tuple(other.shape)} but "
                                      f"`input_ids` {tuple(ids.shape)}: were the members' inputs given in another "
                                      f"order?")
-            if ids.dim() == 2 and ids.size(1) > self.max_positions[i]:
+            if ids.size(1) > self.max_positions[i]:
                 raise ValueError(f"Member {i} ({names[i]}) takes at most {self.max_positions[i]} tokens, got "
                                  f"{ids.size(1)}: tokenize with truncation=True and max_length <= "
                                  f"{self.max_positions[i]} for it.")
@@ -655,7 +714,8 @@ class MultiEncoderModel(MultiEncoderPreTrainedModel):
         if word_level:
             word_ids = _as_list(word_ids, n, "word_ids")
             if word_mask is None:
-                raise ValueError("Word mode needs `word_mask` (batch, num_words) next to `word_ids`.")
+                raise ValueError("Word mode needs `word_mask` (batch, num_words) next to `word_ids`: tokenize the "
+                                 "words with is_split_into_words=True, which returns both.")
             num_words = word_mask.size(1)
 
         encoder_features = _as_list(encoder_features, n, "encoder_features")
@@ -701,6 +761,7 @@ class MultiEncoderForSequenceClassification(MultiEncoderPreTrainedModel):
     def __init__(self, config: MultiEncoderConfig, encoders: list | None = None):
         super().__init__(config)
         _list_pipeline(config, CLASSIFICATION_TASK)
+        _check_num_labels(config)
         self.num_labels = config.num_labels
         self.multiencoder = MultiEncoderModel(config, encoders=encoders)
         self.dropout = nn.Dropout(config.classifier_dropout or 0.0)
@@ -758,6 +819,7 @@ class MultiEncoderForTokenClassification(MultiEncoderPreTrainedModel):
     def __init__(self, config: MultiEncoderConfig, encoders: list | None = None):
         super().__init__(config)
         _list_pipeline(config, NER_TASK)
+        _check_num_labels(config)
         self.num_labels = config.num_labels
         self.multiencoder = MultiEncoderModel(config, word_level=True, encoders=encoders)
         self.dropout = nn.Dropout(config.classifier_dropout or 0.0)
@@ -804,6 +866,13 @@ class MultiEncoderForTokenClassification(MultiEncoderPreTrainedModel):
                              id2label=self.config.id2label)
 
 
+def _check_num_labels(config) -> None:
+    """A head needs at least one output (transformers' configs take `num_labels=0` and build an empty head)."""
+    if config.num_labels < 1:
+        raise ValueError(f"`num_labels` is {config.num_labels}: a head needs at least 1 (1 for regression, the number "
+                         f"of classes otherwise); pass num_labels=... or id2label={{0: 'neg', 1: 'pos'}}.")
+
+
 def _list_pipeline(config, task: str) -> None:
     """List the head's pipeline in the config (`custom_pipelines`), so that a saved folder answers
     `pipeline(task, model=folder, trust_remote_code=True)` and `pipeline(model=folder, ...)` finds the task."""
@@ -815,9 +884,8 @@ def _list_pipeline(config, task: str) -> None:
 def _prediction_inputs(sentences, batch_size) -> list:
     """The inputs of a predict helper as a list (one string, a list, or any iterable such as a generator), with the
     batch size checked as `encode` checks it."""
-    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-        raise ValueError(f"`batch_size` must be a positive integer, got {batch_size!r}.")
-    return [sentences] if isinstance(sentences, str) else list(sentences)
+    check_batch_size(batch_size)
+    return as_text_list(sentences)
 
 
 @torch.no_grad()
@@ -857,6 +925,10 @@ def predict_words(model, tokenizer, sentences, batch_size: int = 32, max_length:
     """`predict_tags` of any model whose output has word `logits`, `word_mask` and `fusion_weights`;
     `forward_kwargs` go to every call (the multi-task model's `task=`)."""
     sentences = _prediction_inputs(sentences, batch_size)
+    for i, s in enumerate(sentences):
+        if not isinstance(s, (str, list, tuple)):
+            raise ValueError(f"Sentence {i} is {s!r} ({type(s).__name__}): give each sentence as a string or a list "
+                             f"of words.")
     words_list = [s.split() if isinstance(s, str) else list(s) for s in sentences]
     empty = [i for i, words in enumerate(words_list) if not words]
     if empty:

@@ -10,7 +10,8 @@ split off, character offsets kept). ``fusion_weights`` is None for a fusion with
 
 Both batch (``batch_size``), truncate to what every member takes (``max_length``) and run on the pipeline's device.
 Saved models list their task in ``config.custom_pipelines``, so ``pipeline(model=folder, trust_remote_code=True)``
-finds it with no task named. Shipped next to the weights: imports only ``torch``, ``transformers`` and relative modules.
+finds it with no task named. Shipped next to the weights: imports only ``torch``, ``transformers`` and relative
+modules.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ class MultiEncoderClassificationPipeline(_MultiEncoderPipeline):
 
     def _sanitize_parameters(self, max_length=None, top_k=None, **kwargs):
         preprocess, forward, _ = super()._sanitize_parameters(max_length=max_length, **kwargs)
-        if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+        if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1):
             raise ValueError(f"`top_k` must be a positive integer (or None for the best label), got {top_k!r}.")
         return preprocess, forward, {"top_k": top_k}
 
@@ -97,7 +98,10 @@ class MultiEncoderClassificationPipeline(_MultiEncoderPipeline):
         else:
             text, pair = inputs, None
         if not isinstance(text, str) or (pair is not None and not isinstance(pair, str)):
-            raise ValueError(f"Each input is a string, a (text, text_pair) pair or a dict; got {type(inputs).__name__}.")
+            bad, value = ("text", text) if not isinstance(text, str) else ("text_pair", pair)
+            raise ValueError(f"Each input is a string, a (text, text_pair) pair of strings or a dict "
+                             f"{{'text': ..., 'text_pair': ...}}; got {type(inputs).__name__} whose `{bad}` is "
+                             f"{type(value).__name__}.")
         return {"text": text, "text_pair": pair}
 
     def _forward(self, batch, max_length=None):
@@ -109,7 +113,8 @@ class MultiEncoderClassificationPipeline(_MultiEncoderPipeline):
         parts = {}
         for is_pair in (False, True):
             rows = [i for i, p in enumerate(pairs) if (p is not None) == is_pair]
-            sub = {"text": [batch["text"][i] for i in rows], "text_pair": [pairs[i] for i in rows] if is_pair else None}
+            sub = {"text": [batch["text"][i] for i in rows],
+                   "text_pair": [pairs[i] for i in rows] if is_pair else None}
             parts[is_pair] = (rows, self.model(**self._encode(sub, max_length)))
         first = parts[False][1]
         logits = first.logits.new_empty((len(pairs), first.logits.size(-1)))

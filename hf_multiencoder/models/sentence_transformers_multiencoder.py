@@ -59,6 +59,10 @@ class MultiEncoderTransformer(InputModule):
 
     def __init__(self, model, tokenizer: MultiEncoderTokenizer, max_seq_length: int | None = None):
         super().__init__()
+        if not hasattr(tokenizer, "check_model"):
+            raise ValueError(f"MultiEncoderTransformer needs the model's MultiEncoderTokenizer, got "
+                             f"{type(tokenizer).__name__}: pass MultiEncoderTokenizer.from_encoders([...]) (or "
+                             f".from_pretrained(folder) for a saved model).")
         tokenizer.check_model(model)
         if max_seq_length is not None and (not isinstance(max_seq_length, int) or max_seq_length < 1):
             raise ValueError(f"`max_seq_length` must be a positive integer or None, got {max_seq_length!r}.")
@@ -152,8 +156,16 @@ class MultiEncoderTransformer(InputModule):
     ) -> MultiEncoderTransformer:
         if backend != "torch":
             raise ValueError(f"MultiEncoderTransformer runs with the torch backend only, not {backend!r}.")
-        config = cls.load_config(model_name_or_path, subfolder=subfolder, token=token, cache_folder=cache_folder,
-                                 revision=revision, local_files_only=local_files_only)
+        config_path = os.path.join(model_name_or_path, subfolder, cls.config_file_name)
+        if os.path.isdir(model_name_or_path) and not os.path.isfile(config_path):
+            raise FileNotFoundError(f"{config_path} is missing: it holds the module's settings (max_seq_length). "
+                                    f"Copy it from the saved folder, or save the SentenceTransformer again.")
+        try:
+            config = cls.load_config(model_name_or_path, subfolder=subfolder, token=token, cache_folder=cache_folder,
+                                     revision=revision, local_files_only=local_files_only)
+        except ValueError as err:  # json.JSONDecodeError
+            raise OSError(f"{config_path} is damaged (not JSON: {err}): save the SentenceTransformer again, or "
+                          f"restore the file from a copy.") from None
         hub_kwargs = {"token": token, "cache_dir": cache_folder, "revision": revision,
                       "local_files_only": local_files_only}
         if subfolder:

@@ -28,6 +28,8 @@ except ImportError:  # transformers 4.x: the shipped files load there too
 from transformers.dynamic_module_utils import custom_object_save
 from transformers.utils import PushToHubMixin, cached_file
 
+from .configuration_multiencoder import check_unique_names
+
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 _HUB_KWARGS = ("cache_dir", "force_download", "proxies", "token", "revision", "local_files_only", "subfolder")
 
@@ -36,17 +38,25 @@ def member_folder(i: int) -> str:
     return f"tokenizer_{i}"
 
 
-def check_member_source(name) -> None:
-    """Refuse a member named by a local path that does not exist, naming it: `from_pretrained` would read it as a Hub
-    id and answer with a Hub error ("Repo id must use alphanumeric chars...")."""
+def check_local_source(name, what: str = "Member") -> None:
+    """Refuse a local path that does not exist, naming it: `from_pretrained` would read it as a Hub id and answer
+    with a Hub error ("Repo id must use alphanumeric chars..."). ``what`` says what the path was meant to be."""
     text = os.fspath(name) if isinstance(name, (str, os.PathLike)) else None
-    if text is None or os.path.isdir(text):
+    if text is None or os.path.exists(text):
         return
     looks_local = (isinstance(name, os.PathLike) or os.path.isabs(text) or text.startswith((".", "~"))
                    or text.endswith(("/", os.sep)) or text.count("/") > 1)
     if looks_local:
-        raise OSError(f"Member {text!r}: no such folder (from {os.getcwd()}). Give the folder of a saved model "
-                      f"(config.json and the weights inside) or a Hub id such as 'org/name'.")
+        raise FileNotFoundError(f"{what} {text!r}: no such folder (from {os.getcwd()}). Give the folder of a saved "
+                                f"model (config.json and the weights inside) or a Hub id such as 'org/name'.")
+
+
+def check_member_source(name) -> None:
+    """Refuse a member named by a local path that does not exist (see `check_local_source`)."""
+    if isinstance(name, (str, os.PathLike)) and os.path.isfile(name):
+        raise ValueError(f"Member {os.fspath(name)!r} is a file: give the folder of a saved model (config.json and "
+                         f"the weights inside) or a Hub id such as 'org/name'.")
+    check_local_source(name, "Member")
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
@@ -135,7 +145,9 @@ class MultiEncoderTokenizer(PushToHubMixin):
         self.tokenizers = list(tokenizers)
         self.encoder_names = [str(n) for n in (encoder_names or [t.name_or_path for t in self.tokenizers])]
         if len(self.encoder_names) != len(self.tokenizers):
-            raise ValueError(f"{len(self.encoder_names)} names for {len(self.tokenizers)} member tokenizers.")
+            raise ValueError(f"{len(self.encoder_names)} names for {len(self.tokenizers)} member tokenizers: give one "
+                             f"name per member, the model's `encoder_names` in the same order.")
+        check_unique_names(self.encoder_names)
         self.init_kwargs = kwargs
         self.name_or_path = kwargs.get("name_or_path", "")
 
@@ -153,9 +165,21 @@ class MultiEncoderTokenizer(PushToHubMixin):
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
         hub_kwargs = {k: kwargs[k] for k in _HUB_KWARGS if kwargs.get(k) is not None}
+        check_local_source(pretrained_model_name_or_path, "Tokenizer folder")
+        local_config = os.path.join(str(pretrained_model_name_or_path), hub_kwargs.get("subfolder", ""),
+                                    TOKENIZER_CONFIG_FILE)
+        if os.path.isdir(str(pretrained_model_name_or_path)) and not os.path.isfile(local_config):
+            raise FileNotFoundError(
+                f"{pretrained_model_name_or_path} holds no {TOKENIZER_CONFIG_FILE}: no tokenizer was saved there. "
+                f"Save the MultiEncoderTokenizer into it (tokenizer.save_pretrained(folder)), or build one from the "
+                f"members with MultiEncoderTokenizer.from_encoders([...]).")
         config_file = cached_file(pretrained_model_name_or_path, TOKENIZER_CONFIG_FILE, **hub_kwargs)
-        with open(config_file, encoding="utf-8") as f:
-            tok_config = json.load(f)
+        try:
+            with open(config_file, encoding="utf-8") as f:
+                tok_config = json.load(f)
+        except (ValueError, UnicodeDecodeError) as err:
+            raise OSError(f"{config_file} is damaged (not JSON: {err}): save the MultiEncoderTokenizer again, or "
+                          f"restore the file from a copy.") from None
         if "member_tokenizers" not in tok_config:
             raise ValueError(f"{pretrained_model_name_or_path} holds no MultiEncoderTokenizer (no `member_tokenizers` "
                              f"in its {TOKENIZER_CONFIG_FILE}).")
@@ -279,7 +303,8 @@ class MultiEncoderTokenizer(PushToHubMixin):
         names = list(model.config.encoder_names)
         if len(names) != self.num_encoders:
             raise ValueError(f"The tokenizer has {self.num_encoders} member tokenizers ({self.encoder_names}) but the "
-                             f"model has {len(names)} members ({names}).")
+                             f"model has {len(names)} members ({names}): use the tokenizer saved with the model, or "
+                             f"build one from the model's members (MultiEncoderTokenizer.from_encoders).")
         if names != self.encoder_names:
             raise ValueError(f"The tokenizer was built for members {self.encoder_names} but the model's members are "
                              f"{names}: use the tokenizer saved with the model, or the same `encoder_names` in the "
@@ -329,19 +354,34 @@ class MultiEncoderTokenizer(PushToHubMixin):
                              f"`pipeline(\"multiencoder-ner\", model=folder, trust_remote_code=True)`, "
                              f"`model.predict_tags(tokenizer, sentences)` or `run_glue_multi.py --do_predict`; to "
                              f"encode one member, call its own tokenizer (`tokenizer.tokenizers[i]`).")
+        for name, value in (("text", text), ("text_pair", text_pair)):
+            if value is not None and not isinstance(value, (str, list, tuple)):
+                raise ValueError(f"`{name}` is {value!r} ({type(value).__name__}): give a string or a list of strings "
+                                 f"(with is_split_into_words=True, a list of words or a list of word lists).")
         single = isinstance(text, str) or (is_split_into_words and text and isinstance(text[0], str))
+        if is_split_into_words and single and not isinstance(text, str):
+            spaced = [w for w in text if len(w.split()) > 1]
+            if spaced:
+                raise ValueError(f"With is_split_into_words=True, `text` is one list of words (or a batch of word "
+                                 f"lists), but {spaced[0]!r} holds spaces: pass sentences without "
+                                 f"is_split_into_words, or split each one into words (`sentence.split()`).")
         texts = [text] if single else list(text)
         pairs = None if text_pair is None else ([text_pair] if single else list(text_pair))
         if not texts:
             raise ValueError("No texts to encode: the batch is empty.")
         if pairs is not None and len(pairs) != len(texts):
-            raise ValueError(f"{len(texts)} texts but {len(pairs)} text pairs.")
+            raise ValueError(f"{len(texts)} texts but {len(pairs)} text pairs: give one `text_pair` per text.")
         _check_texts("text", texts, is_split_into_words)
         if pairs is not None:
             _check_texts("text_pair", pairs, is_split_into_words)
         max_lengths = max_length if isinstance(max_length, (list, tuple)) else [max_length] * self.num_encoders
         if len(max_lengths) != self.num_encoders:
-            raise ValueError(f"`max_length` has {len(max_lengths)} values for {self.num_encoders} member encoders.")
+            raise ValueError(f"`max_length` has {len(max_lengths)} values for {self.num_encoders} member encoders: "
+                             f"give one value for all, or one per member ({self.encoder_names}).")
+        for m in max_lengths:
+            if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+                raise ValueError(f"`max_length` must be a positive integer (or None: each member's own limit), got "
+                                 f"{m!r}.")
         if padding == "max_length" and any(m is None for m in max_lengths):
             raise ValueError("padding='max_length' needs `max_length`.")
 
