@@ -709,7 +709,7 @@ def load_texts(path: str, text_columns: list[str] | None = None, words_column: s
             if not isinstance(words, list) or not words or not all(isinstance(w, str) for w in words):
                 raise ValueError(f"{path}: row {i + 1} has no list of words in column {words_column!r} ({words!r}).")
         return [" ".join(words) for words in rows], None
-    columns = _choose_text_columns(ds, path, "label", text_columns)
+    columns = _choose_text_columns(ds, path, "label" if "label" in ds.column_names else None, text_columns)
     row = 2 if extension in (".csv", ".tsv") else 1
     out = []
     for col in columns:
