@@ -6,21 +6,28 @@ PIP    := $(PY) -m pip
 # No HF_HOME here: `make encoders` seeds the standard Hugging Face cache ($HF_HOME if you set one, else
 # ~/.cache/huggingface), so every later command, script and notebook finds the members by name.
 
-.PHONY: install test test-fast demo encoders compat quality docs docs-install benchmark clean
+# Debian's chromium for the demo page's browser test (tests/test_demo_app.py); where it cannot be installed (no
+# root, no apt-get) that test skips and says why
+browser:
+	@command -v chromium >/dev/null 2>&1 || (command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1) || \
+	  echo "[browser] chromium is not installed: the demo page's browser test will skip"
+
+.PHONY: browser install test test-fast demo encoders compat quality docs docs-install benchmark clean
 
 $(VENV)/.installed: setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	# torch first and pinned: 2.13.0 is the local CPU wheel; anything else pulls GBs of CUDA wheels.
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e ".[dev,plot,peft,sentence-transformers]" torch==2.13.0
+	$(PIP) install -q -e ".[dev,plot,peft,sentence-transformers,onnx,demo]" torch==2.13.0
 	touch $@
 
 install: $(VENV)/.installed
 
 TEST_ENV := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
-test: install encoders compat
+test: install encoders compat browser
 	$(TEST_ENV) $(PY) -m pytest -q -ra
 
 # the inner loop: everything but the tests marked slow (subprocesses, compiles, end-to-end scripts)

@@ -24,11 +24,15 @@ setup(
         "xxhash>=3.0",  # feature-cache fingerprints (also a dependency of datasets)
     ],
     extras_require={
-        "dev": ["pytest>=8", "ruff>=0.5", "tensorboard>=2.14"],
+        "dev": ["pytest>=8", "ruff>=0.5", "tensorboard>=2.14", "playwright>=1.45"],
         "tensorboard": ["tensorboard>=2.14"],
         "plot": ["matplotlib>=3.7"],
         "peft": ["peft>=0.13"],  # LoRA on the members (hf_multiencoder.training.lora, run_glue_multi.py --lora_r)
         "sentence-transformers": ["sentence-transformers>=6.0,<7"],
+        # ONNX export and onnxruntime inference (hf_multiencoder.deploy.onnx); onnxscript: torch's exporter
+        "onnx": ["onnx>=1.16", "onnxruntime>=1.18", "onnxscript>=0.2"],
+        # the demo page (space/app.py; playwright, in the dev extra, drives Debian's chromium in its test)
+        "demo": ["gradio>=5.0"],
         "docs": ["mkdocs>=1.6", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.26"],  # make docs
     },
 )
