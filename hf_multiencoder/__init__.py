@@ -6,7 +6,7 @@ where this package is not installed).
 
 Layout: `models/` is the code saved beside the weights (torch and transformers only); `training/` the Trainer, run
 folders, optimizer, metrics, model card, LoRA, multi-task training; `data/` the task registry, readers, collator,
-feature cache and corpora; `pretraining/` member adaptation and replaced-token detection.
+feature cache and corpora; `pretraining/` member adaptation and replaced-token detection; `deploy/` the ONNX export.
 """
 
 import importlib
@@ -58,6 +58,11 @@ _LAZY_IMPORTS = {
     # sentence-transformers (an optional extra): imported only when these are used
     "save_sentence_transformer": "training.sentence_embeddings",
     "to_sentence_transformer": "training.sentence_embeddings",
+    # ONNX export and onnxruntime inference (the onnx extra)
+    "export_onnx": "deploy.onnx",
+    "OnnxMultiEncoder": "deploy.onnx",
+    "quantize_onnx": "deploy.onnx",
+    "distill": "training.distill",
 }
 
 
@@ -112,16 +117,20 @@ __all__ = [
     "MultiEncoderTokenizer",
     "MultiEncoderTrainer",
     "MultiTaskTrainer",
+    "OnnxMultiEncoder",
     "TaskSpec",
     "adapt_members",
     "build_fusion",
     "create_multiencoder_optimizer",
+    "distill",
+    "export_onnx",
     "freeze_encoders",
     "get_task",
     "load_corpus",
     "load_task",
     "mean_fusion_weights",
     "push_multiencoder_to_hub",
+    "quantize_onnx",
     "register_task",
     "save_sentence_transformer",
     "to_sentence_transformer",
