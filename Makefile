@@ -49,7 +49,7 @@ benchmark: install encoders
 	HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false $(PY) benchmarks/bench_train.py
 
 quality: install
-	$(PY) -m ruff check hf_multiencoder tests run_glue_multi.py run_mlm_multi.py run_multitask.py run_pretraining.py benchmarks scripts
+	$(PY) -m ruff check hf_multiencoder tests run_glue_multi.py run_mlm_multi.py run_multitask.py run_pretraining.py run_distill.py benchmarks scripts space
 
 # the manual (docs/, mkdocs Material + mkdocstrings) into site/; --strict fails on a broken link or reference
 $(VENV)/.docs-installed: $(VENV)/.installed

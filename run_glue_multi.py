@@ -434,12 +434,15 @@ def train_one(model_args, data_args, training_args, raw, spec, tokenizer, tokeni
     start = time.time()
     history = []
     if training_args.do_train:
-        train_and_save(trainer, training_args, before_save=merge_lora_after_training if model_args.lora_r else None)
+        train_metrics = train_and_save(trainer, training_args,
+                                       before_save=merge_lora_after_training if model_args.lora_r else None)
         # the per-epoch scores, before the evaluations below (which, with load_best_model_at_end, score the best)
         history = epoch_scores(trainer.state.log_history, main_key)
         if model_args.lora_r:  # output_dir: the merged model (what a user deploys); output_dir/adapter: adapters
             model = trainer.model
-    result["train_seconds"] = round(time.time() - start, 1)
+    # the Trainer's own training time (a finished run that is resumed reports the time it trained, not 0)
+    result["train_seconds"] = round(train_metrics.get("train_runtime", time.time() - start) if training_args.do_train
+                                    else 0.0, 1)
 
     all_eval = {}
     if training_args.do_eval:

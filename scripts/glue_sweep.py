@@ -114,11 +114,20 @@ def member_paths(args) -> dict[str, str]:
 def run_one(task: str, row_name: str, seed: int, args) -> None:
     import datasets
     import torch
-    from transformers import (AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding, Trainer,
-                              TrainingArguments, set_seed)
+    from transformers import (
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+        DataCollatorWithPadding,
+        Trainer,
+        TrainingArguments,
+        set_seed,
+    )
 
-    from hf_multiencoder import (MultiEncoderForSequenceClassification, MultiEncoderForTokenClassification,
-                                 MultiEncoderTokenizer)
+    from hf_multiencoder import (
+        MultiEncoderForSequenceClassification,
+        MultiEncoderForTokenClassification,
+        MultiEncoderTokenizer,
+    )
     from hf_multiencoder.data.data_collator import MultiEncoderDataCollator
     from hf_multiencoder.data.loading import load_task, tokenize_task
     from hf_multiencoder.training.fast_path import apply_fast_path
@@ -154,7 +163,8 @@ def run_one(task: str, row_name: str, seed: int, args) -> None:
     set_seed(seed)
     labels = {"num_labels": spec.num_labels}
     if spec.label_list:
-        labels.update(id2label=dict(enumerate(spec.label_list)), label2id={x: i for i, x in enumerate(spec.label_list)})
+        labels.update(id2label=dict(enumerate(spec.label_list)),
+                      label2id={x: i for i, x in enumerate(spec.label_list)})
     if spec.kind != "token":
         labels["problem_type"] = "regression" if spec.is_regression else "single_label_classification"
     pad = 8 if training_args.bf16 else None
@@ -330,7 +340,8 @@ def task_report(args, task: str) -> dict | None:
                                                         {**dev, **held_labels})
             table["ensemble"] = {**entry, "kind": "ensemble", "note": "mean of the two members' outputs"}
     report = {"metric": spec.main_metric, "rows": table,
-              "hardware": sorted({f"{r['gpu'] or r['device']} ({'bf16 autocast' if r['precision']['bf16'] else 'fp32'})"
+              "hardware": sorted({f"{r['gpu'] or r['device']} "
+                                  f"({'bf16 autocast' if r['precision']['bf16'] else 'fp32'})"
                                   for runs in rows.values() for r, _ in runs.values()})}
     # the comparison: best fused row and best baseline, both chosen on the held-out slice
     fused = [r for r in table if table[r]["kind"] == "fused" and table[r]["heldout"]]
@@ -348,7 +359,8 @@ def task_report(args, task: str) -> dict | None:
             seeds = sorted(set(outputs[best_f]) & set(outputs[other]))
             diffs = [100 * (score_outputs(spec, outputs[best_f][s], dev["labels"], dev["lengths"]) -
                             score_outputs(spec, outputs[other][s], dev["labels"], dev["lengths"])) for s in seeds]
-            comparison[name] = {"against": other, "per_seed": diffs, "seeds_favouring_fusion": sum(d > 0 for d in diffs),
+            comparison[name] = {"against": other, "per_seed": diffs,
+                                "seeds_favouring_fusion": sum(d > 0 for d in diffs),
                                 "n_seeds": len(diffs), "mean": float(np.mean(diffs)) if diffs else None}
         if args.bootstrap and seeds:
             pairs = [(outputs[best_f][s], outputs[best_b][s]) for s in sorted(set(outputs[best_f]) &

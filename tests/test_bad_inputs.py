@@ -18,8 +18,8 @@ import run_glue_multi
 from hf_multiencoder import (
     MultiEncoderConfig,
     MultiEncoderForSequenceClassification,
-    MultiEncoderModel,
     MultiEncoderForTokenClassification,
+    MultiEncoderModel,
     MultiEncoderTokenizer,
     load_task,
 )

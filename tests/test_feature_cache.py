@@ -200,8 +200,8 @@ def test_several_poolings_from_one_pass(tiny_paths, tokenizer, dataset, tmp_path
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage"])
 def test_a_damaged_cache_file_is_named_and_rebuilt(tiny_paths, dataset, tmp_path, caplog, damage):
-    """A cache file cut off (a kill, a full disk) or overwritten is deleted with a warning naming it and computed again;
-    before, every rerun failed inside pyarrow until the file was deleted by hand."""
+    """A cache file cut off (a kill, a full disk) or overwritten is deleted with a warning naming it and computed
+    again; before, every rerun failed inside pyarrow until the file was deleted by hand."""
     model = build(tiny_paths, frozen=(1,))
     first = add_member_features(dataset, model, members=[1], batch_size=4, cache_dir=tmp_path)
     expected = first[3]["encoder_features"]

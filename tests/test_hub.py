@@ -583,5 +583,5 @@ def test_run_glue_multi_push_to_hub(hub, run, tmp_path):
     assert card.data.base_model == MEMBERS[:2] and f'revision = "{main.oid}"' in card.text
     assert f"| {POS[0]} |" in card.text  # the fusion weights of example sentences from the run's own data
     assert f'predict_with_fusion_weights(tokenizer, ["{POS[0]}"])' in card.text  # and the usage snippet
-    assert f'pipeline("multiencoder-classification", model=model_id' in card.text and f'print(pipe("{POS[0]}"))' \
+    assert 'pipeline("multiencoder-classification", model=model_id' in card.text and f'print(pipe("{POS[0]}"))' \
         in card.text  # the fusion-weights pipeline

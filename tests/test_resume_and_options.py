@@ -112,6 +112,28 @@ def test_resuming_with_other_training_arguments_is_refused_naming_the_key(change
                                       "--resume_from_checkpoint", "true", *change))
 
 
+@pytest.mark.slow  # a LoRA training, then the resumed call
+def test_resuming_a_finished_lora_run_changes_nothing(tiny_paths, data, tmp_path, caplog):
+    """A LoRA run saves the merged model and its adapters: resuming it when finished neither trains again nor rewrites
+    them."""
+    out = tmp_path / "lora"
+    args = glue_args(tiny_paths, data, out, "--lora_r", "2", "--save_only_model", "false")
+    run_glue_multi.main(args)
+    # what the training wrote (the evaluations, run again on resuming, rewrite their own files and results.json)
+    files = [p for p in sorted(out.rglob("*")) if p.is_file() and p.suffix in (".safetensors", ".json")
+             and "checkpoint-" not in str(p) and p.name not in ("all_results.json", "results.json")
+             and not p.name.startswith("eval_")]
+    trained_seconds = json.loads((out / "results.json").read_text())["runs"][0]["train_seconds"]
+    assert any(p.parent.name == "adapter" for p in files) and (out / "model.safetensors") in files
+    before = {p: p.read_bytes() for p in files}
+    with caplog.at_level(logging.WARNING):
+        table = run_glue_multi.main(args + ["--resume_from_checkpoint", "true"])
+    assert "nothing to resume" in caplog.text
+    assert [p.relative_to(out) for p, content in before.items() if p.read_bytes() != content] == []
+    # the table reports the time the run trained, not the resumed call's
+    assert table["runs"][0]["score"] is not None and table["runs"][0]["train_seconds"] == trained_seconds > 0
+
+
 @pytest.mark.slow  # two short trainings
 def test_resume_true_with_no_checkpoint_yet_trains_from_the_beginning(tiny_paths, data, tmp_path, caplog):
     """A job script that always passes --resume_from_checkpoint true, and a run killed before its first save, start
@@ -260,7 +282,8 @@ def test_no_training_at_all_is_refused(script, epochs, tiny_paths, data, shared_
 
 @pytest.mark.parametrize("script", ["run_glue_multi", "run_multitask"])
 def test_no_accumulated_batch_is_refused(script, tiny_paths, data, shared_data, tmp_path):
-    """--gradient_accumulation_steps 0: TrainingArguments accepts it; the scripts refuse it before any folder is made."""
+    """--gradient_accumulation_steps 0: TrainingArguments accepts it; the scripts refuse it before any folder is
+    made."""
     out = tmp_path / "out"
     with pytest.raises(ValueError, match="--gradient_accumulation_steps must be at least 1, got 0"):
         if script == "run_glue_multi":

@@ -6,8 +6,13 @@ import pytest
 from datasets import Dataset
 
 from hf_multiencoder.data.tasks import get_task
-from hf_multiencoder.training.selection import (ensemble, heldout_split, paired_bootstrap, prediction_arrays,
-                                                score_outputs)
+from hf_multiencoder.training.selection import (
+    ensemble,
+    heldout_split,
+    paired_bootstrap,
+    prediction_arrays,
+    score_outputs,
+)
 
 
 def test_heldout_split_is_fixed_disjoint_and_independent_of_the_run_seed():
