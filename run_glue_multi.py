@@ -346,7 +346,7 @@ def fusion_report(model, tokenizer, spec: TaskSpec, eval_metrics: dict, examples
         result = model.predict_with_fusion_weights(tokenizer, texts, text_pairs=pairs, max_length=max_length)
         report["examples"] = [
             {"sentence": s if pairs is None else f"{s} / {pairs[i]}", "prediction": p, "fusion_weights": w}
-            for i, (s, p, w) in enumerate(zip(result["Sentences"], result["Predictions"], result["DME scores"]))
+            for i, (s, p, w) in enumerate(zip(result["Sentences"], result["Predictions"], result["fusion_weights"]))
         ]
     with open(os.path.join(output_dir, "fusion_weights.json"), "w") as f:
         json.dump(report, f, indent=2)

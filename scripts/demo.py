@@ -86,7 +86,7 @@ def main() -> None:
     dev = load_task("cola")[0]["validation"].select(range(SHOWN))
     sentences, gold = dev["sentence1"], [frozen.spec.label_list[i] for i in dev["label"]]
     shown = model.predict_with_fusion_weights(tokenizer, sentences)
-    for sentence, label, pred, weights in zip(sentences, gold, shown["Predictions"], shown["DME scores"]):
+    for sentence, label, pred, weights in zip(sentences, gold, shown["Predictions"], shown["fusion_weights"]):
         print(f"  {sentence!r}: predicted {pred}, gold {label}; " + ", ".join(f"{k} {w:.2f}"
                                                                             for k, w in weights.items()))
 

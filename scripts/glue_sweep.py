@@ -434,7 +434,9 @@ def markdown(reports: dict, args) -> str:
         examples = next((e["fusion_examples"] for e in rep["rows"].values() if e.get("fusion_examples")), None)
         if examples:
             lines += ["", "Fusion weights of the fine-tuned DME model (final epoch, first seed):", ""]
-            for sentence, pred, w in zip(examples["Sentences"], examples["Predictions"], examples["DME scores"]):
+            # runs stored before the key was renamed hold "DME scores"
+            weights = examples.get("fusion_weights", examples.get("DME scores"))
+            for sentence, pred, w in zip(examples["Sentences"], examples["Predictions"], weights):
                 lines.append(f"- {sentence!r} -> {pred}: " + ", ".join(f"{k} {v:.2f}" for k, v in w.items()))
         lines.append("")
     total = sum(e["train_seconds"] * len(e["seeds"]) for rep in reports.values() for e in rep["rows"].values()

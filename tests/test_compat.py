@@ -74,7 +74,7 @@ def test_transformers_4_57_loads_what_5x_saved(tiny_paths, tmp_path):
         p = pipeline("text-classification", model={str(folder)!r}, trust_remote_code=True)({TEXTS!r}, batch_size=2)
         fused = m.predict_with_fusion_weights(t, {TEXTS!r})
         print(json.dumps({{"version": transformers.__version__, "logits": logits, "pipeline": p,
-                          "weights": fused["DME scores"]}}))
+                          "weights": fused["fusion_weights"]}}))
     """, cwd=tmp_path, env_extra={"HF_MODULES_CACHE": str(tmp_path / "modules")})
     assert result["version"] == VERSIONS[False]
     torch.testing.assert_close(torch.tensor(result["logits"]), logits, atol=1e-6, rtol=0)

@@ -217,8 +217,10 @@ def test_predict_with_fusion_weights(tiny_paths, tokenizer):
     result = model.predict_with_fusion_weights(tokenizer, ["He can will go", "Somebody just left."], batch_size=1)
     assert result["Sentences"] == ["He can will go", "Somebody just left."]
     assert set(result["Predictions"]) <= {"unacceptable", "acceptable"}
-    assert len(result["DME scores"]) == 2
-    for scores in result["DME scores"]:
+    assert len(result["fusion_weights"]) == 2
+    with pytest.warns(FutureWarning, match="now called"):  # the original project's key still reads
+        assert result["DME scores"] == result["fusion_weights"]
+    for scores in result["fusion_weights"]:
         assert list(scores) == [str(p) for p in tiny_paths]
         assert abs(sum(scores.values()) - 1) < 1e-3
 

@@ -147,8 +147,8 @@ def test_bad_inputs(model, sentences, words):
 
 def test_predict_each_task_with_fusion_weights(model, tokenizer):
     acc = model.predict("acc", tokenizer, SENTENCES)
-    assert acc["Predictions"][0] in {"unacceptable", "acceptable"} and len(acc["DME scores"]) == 3
-    assert set(acc["DME scores"][0]) == set(NAMES)
+    assert acc["Predictions"][0] in {"unacceptable", "acceptable"} and len(acc["fusion_weights"]) == 3
+    assert set(acc["fusion_weights"][0]) == set(NAMES)
     expected = model(**tokenizer(SENTENCES[:1], return_tensors="pt"), task="sts").logits.item()
     assert model.predict("sts", tokenizer, SENTENCES[:1])["Predictions"][0] == pytest.approx(expected, abs=1e-5)
     topics = model.predict("topics", tokenizer, SENTENCES)["Predictions"]

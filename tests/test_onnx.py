@@ -122,9 +122,9 @@ def test_predict_as_the_pytorch_helper(exported, names_tokenizer):
     got = runner.predict(PAIRS[0], PAIRS[1], batch_size=1)
     want = model.predict_with_fusion_weights(names_tokenizer, PAIRS[0], PAIRS[1])
     assert got["Predictions"] == want["Predictions"] and got["Sentences"] == want["Sentences"]
-    for a, b in zip(got["DME scores"], want["DME scores"]):
+    for a, b in zip(got["fusion_weights"], want["fusion_weights"]):
         assert list(a) == NAMES and a == pytest.approx(b, abs=1e-3)
-    assert exported("concat")[1].predict(["he went"])["DME scores"] == [None]
+    assert exported("concat")[1].predict(["he went"])["fusion_weights"] == [None]
 
 
 def test_token_classification_matches_pytorch(exported, names_tokenizer):

@@ -169,7 +169,7 @@ def test_readme_examples_run_verbatim_and_print_what_they_claim(tmp_path):
     assert lines[0] == "torch.Size([2, 2]) torch.Size([2, 2])"
     printed = ast.literal_eval(lines[1])
     assert printed["Sentences"] == ["He can will go"] and printed["Predictions"][0] in ("unacceptable", "acceptable")
-    assert list(printed["DME scores"][0]) == ["MiniLM", "MPNet"]
+    assert list(printed["fusion_weights"][0]) == ["MiniLM", "MPNet"]
     assert math.isfinite(float(lines[-1]))  # the training loss
     # elsewhere: an interpreter that cannot import hf_multiencoder (site-packages without the editable install)
     names, result, fused = run_readme_blocks(["elsewhere"], tmp_path, without_package=True, timeout=600)[-3:]
@@ -178,7 +178,7 @@ def test_readme_examples_run_verbatim_and_print_what_they_claim(tmp_path):
     # the fusion-weights pipeline from the folder's own code: the same label and the same weights
     fused = ast.literal_eval(fused)
     assert fused["label"] == printed["Predictions"][0]
-    assert fused["fusion_weights"] == pytest.approx(printed["DME scores"][0], abs=1e-4)  # printed rounded to 4
+    assert fused["fusion_weights"] == pytest.approx(printed["fusion_weights"][0], abs=1e-4)  # printed rounded to 4
     # the NER example
     tagged = run_readme_blocks(["ner"], tmp_path, timeout=600)[-1]
     assert tagged == "['John', 'Smith', 'went', 'to', 'Paris'] 5 ['MiniLM', 'MPNet']"
@@ -203,7 +203,7 @@ def test_readme_multitask_examples_run_verbatim(tmp_path, shared_data):
     assert shape == "torch.Size([1, 6])"
     predicted = ast.literal_eval(predicted)
     assert predicted["Predictions"][0] in ("ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM")
-    assert list(predicted["DME scores"][0]) == ["MiniLM", "MPNet"]
+    assert list(predicted["fusion_weights"][0]) == ["MiniLM", "MPNet"]
     assert len(ast.literal_eval(tags)) == 5
     assert ast.literal_eval(lines[-2]) == ["eval_ner_overall_f1", "eval_trec_accuracy", "eval_multitask_score"]
     counts = ast.literal_eval(lines[-1])

@@ -44,6 +44,7 @@ from torch import nn
 from ..models.configuration_multiencoder import MultiEncoderConfig
 from ..models.embedding_multiencoder import normalized_concat
 from ..models.modeling_multiencoder import (
+    FusionPredictions,
     MultiEncoderForSequenceClassification,
     MultiEncoderForTokenClassification,
     MultiEncoderModel,
@@ -479,7 +480,7 @@ class OnnxMultiEncoder:
     def predict(self, texts, text_pairs=None, batch_size: int = 32, max_length: int | None = None):
         """Predict, in batches of ``batch_size``, as the PyTorch model's helpers do.
 
-        - sequence classification: ``{"Sentences", "Predictions", "DME scores"}``, as
+        - sequence classification: ``{"Sentences", "Predictions", "fusion_weights"}``, as
           ``predict_with_fusion_weights`` (each sentence's ``{member: weight}``; None without weights);
         - token classification: per sentence ``{"words", "tags", "entities", "fusion_weights"}``, as
           ``predict_tags``;
@@ -509,7 +510,7 @@ class OnnxMultiEncoder:
             weights = out["fusion_weights"]
             scores.extend([None] * len(c) if weights is None else fusion_weights_per_example(weights,
                                                                                              self.encoder_names))
-        return {"Sentences": texts, "Predictions": preds, "DME scores": scores}
+        return FusionPredictions(Sentences=texts, Predictions=preds, fusion_weights=scores)
 
     def _predict_words(self, texts, batch_size, max_length) -> list[dict]:
         words_list = [t.split() if isinstance(t, str) else list(t) for t in texts]

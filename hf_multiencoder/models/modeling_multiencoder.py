@@ -14,6 +14,7 @@ import inspect
 import json
 import os
 import re
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -803,10 +804,10 @@ class MultiEncoderForSequenceClassification(MultiEncoderPreTrainedModel):
                                     max_length: int | None = None) -> dict:
         """Predict a list of sentences and report each one's per-member fusion weights.
 
-        Returns ``{"Sentences": [...], "Predictions": [label, ...], "DME scores": [{member: weight}, ...]}``
-        (``"DME scores"`` holds ``None`` per sentence for fusions without weights), the shape of the original
-        project's ``predict_tags``. Regression models predict the score. Inputs are truncated to ``max_length``
-        tokens per member (default 512), never beyond a member's own limit.
+        Returns ``{"Sentences": [...], "Predictions": [label, ...], "fusion_weights": [{member: weight}, ...]}``
+        (``"fusion_weights"`` holds ``None`` per sentence for fusions without weights), a [`FusionPredictions`]:
+        the original project's key ``"DME scores"`` still reads, with a warning. Regression models predict the score.
+        Inputs are truncated to ``max_length`` tokens per member (default 512), never beyond a member's own limit.
         """
         regression = self.config.problem_type == "regression" or self.num_labels == 1
         return predict_sentences(self, tokenizer, sentences, text_pairs, batch_size=batch_size, max_length=max_length,
@@ -881,6 +882,19 @@ def _list_pipeline(config, task: str) -> None:
 
 
 # ---- prediction loops (shared by the task heads and the multi-task model) ------------------------------------------
+class FusionPredictions(dict):
+    """Sentence predictions with each one's fusion weights: ``{"Sentences", "Predictions", "fusion_weights"}``.
+    ``result["DME scores"]``, the original project's name for ``"fusion_weights"``, still reads (with a
+    `FutureWarning`); every fusion's weights go by ``fusion_weights`` here, as in the model outputs and pipelines."""
+
+    def __missing__(self, key):
+        if key == "DME scores" and "fusion_weights" in self:
+            warnings.warn('"DME scores" is now called "fusion_weights"; the old key will go in a later release.',
+                          FutureWarning, stacklevel=2)
+            return self["fusion_weights"]
+        raise KeyError(key)
+
+
 def _prediction_inputs(sentences, batch_size) -> list:
     """The inputs of a predict helper as a list (one string, a list, or any iterable such as a generator), with the
     batch size checked as `encode` checks it."""
@@ -916,7 +930,7 @@ def predict_sentences(model, tokenizer, sentences, text_pairs=None, batch_size: 
             scores.extend([None] * len(chunk))
         else:
             scores.extend(fusion_weights_per_example(out.fusion_weights, model.config.encoder_names))
-    return {"Sentences": list(sentences), "Predictions": preds, "DME scores": scores}
+    return FusionPredictions(Sentences=list(sentences), Predictions=preds, fusion_weights=scores)
 
 
 @torch.no_grad()
@@ -971,6 +985,7 @@ def tags_to_spans(words: list[str], tags: list[str]) -> list[dict]:
 
 
 __all__ = [
+    "FusionPredictions",
     "multiencoder_base",
     "parameter_members",
     "MultiEncoderPreTrainedModel",

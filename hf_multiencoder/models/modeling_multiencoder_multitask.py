@@ -194,7 +194,7 @@ class MultiEncoderForMultiTask(MultiEncoderPreTrainedModel):
     def predict(self, task: str, tokenizer, inputs, text_pairs=None, batch_size: int = 32, max_length: int = 128):
         """Predict ``inputs`` with one task's head, with each input's fusion weights.
 
-        Sentence tasks return ``{"Sentences", "Predictions", "DME scores"}`` as
+        Sentence tasks return ``{"Sentences", "Predictions", "fusion_weights"}`` as
         [`MultiEncoderForSequenceClassification.predict_with_fusion_weights`] (scores for regression, lists of
         probabilities for multilabel); token tasks return one ``{"words", "tags", "entities", "fusion_weights"}`` per
         sentence as [`MultiEncoderForTokenClassification.predict_tags`].

@@ -28,8 +28,6 @@ except ImportError:  # transformers 4.x: the shipped files load there too
 from transformers.dynamic_module_utils import custom_object_save
 from transformers.utils import PushToHubMixin, cached_file
 
-from .configuration_multiencoder import check_unique_names
-
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 _HUB_KWARGS = ("cache_dir", "force_download", "proxies", "token", "revision", "local_files_only", "subfolder")
 
@@ -147,7 +145,12 @@ class MultiEncoderTokenizer(PushToHubMixin):
         if len(self.encoder_names) != len(self.tokenizers):
             raise ValueError(f"{len(self.encoder_names)} names for {len(self.tokenizers)} member tokenizers: give one "
                              f"name per member, the model's `encoder_names` in the same order.")
-        check_unique_names(self.encoder_names)
+        # checked here too, without importing the configuration (a saved tokenizer ships only this file)
+        repeated = sorted({n for n in self.encoder_names if self.encoder_names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"Member names must be unique, got {self.encoder_names} ({repeated} more than once; the "
+                             f"same checkpoint twice needs names): pass encoder_names=[...] with a distinct name per "
+                             f"member.")
         self.init_kwargs = kwargs
         self.name_or_path = kwargs.get("name_or_path", "")
 
