@@ -2,7 +2,7 @@
 
     python scripts/glue_sweep.py [--tasks cola stsb mrpc rte wnut17] [--rows MiniLM MPNet concat dme ...]
         [--seeds 1 2 3 4 5] [--workers 1] [--member MiniLM=PATH --member MPNet=PATH]
-        [--runs_dir results/glue_finetuned_runs] [--results results] [--report_only]
+        [--runs_dir results/glue_finetuned_runs] [--results results] [--report_only] [--models_dir DIR]
 
 The protocol (docs/studies.md states it with the numbers):
 - Each run trains on 90% of the task's training set; a fixed 10% slice of it (the same for every row and seed) is the
@@ -19,7 +19,9 @@ The protocol (docs/studies.md states it with the numbers):
 Each run is its own process writing `runs_dir/TASK/ROW/seed_N/` (default `results/glue_finetuned_runs/`, committed so
 that chunks add up): `result.json` (written last, so a run cut off is rerun from the start and a finished one skipped),
 `predictions.npz` (the chosen epoch's dev and held-out outputs) and `log.txt`.
-`--tasks/--rows/--seeds` run the sweep in chunks; `--report_only` writes the tables from what has finished:
+`--models_dir DIR` also keeps each run's chosen-epoch model (`DIR/TASK/ROW/seed_N/`, a folder `from_pretrained` loads:
+a teacher for `run_distill.py`); by default no weights are kept. `--tasks/--rows/--seeds` run the sweep in chunks;
+`--report_only` writes the tables from what has finished:
 `results/glue_finetuned.{json,md}`.
 """
 
@@ -184,8 +186,14 @@ def run_one(task: str, row_name: str, seed: int, args) -> None:
             model, training_args, encoder_learning_rates=list(row.encoder_learning_rates or []) or None,
             head_learning_rate=row.head_learning_rate)
         optimizers, collator = (optimizer, None), MultiEncoderDataCollator(tokenizer, pad_to_multiple_of=pad)
+    snapshots = []  # with --models_dir: each epoch's weights (on the CPU), to save the chosen epoch's
+
+    def keep(epoch, arrays):
+        snapshots.append({k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()})
+
     callback = EpochPredictions({"heldout": tokenized["heldout"], "dev": tokenized["dev"]}, spec,
-                                num_members=None if plain else len(names))
+                                num_members=None if plain else len(names),
+                                on_epoch=keep if args.models_dir else None)
     trainer = Trainer(model=model, args=training_args, train_dataset=tokenized["train"], data_collator=collator,
                       processing_class=tokenizer, optimizers=optimizers, callbacks=[callback])
     callback.trainer = trainer
@@ -213,11 +221,25 @@ def run_one(task: str, row_name: str, seed: int, args) -> None:
     if spec.name == "cola" and row.fusion == "dme" and row.kind == "fused":
         result["fusion_examples"] = model.predict_with_fusion_weights(tokenizer, FUSION_EXAMPLES)
     shutil.rmtree(scratch, ignore_errors=True)
+    if snapshots:
+        save_chosen_model(model, tokenizer, snapshots[chosen_epoch(result) - 1],
+                          os.path.join(args.models_dir, task, row_name, f"seed_{seed}"))
     np.savez_compressed(os.path.join(out_dir, "predictions.npz"), **kept_arrays(arrays, chosen_epoch(result)))
     tmp = os.path.join(out_dir, "result.json.tmp")
     with open(tmp, "w") as f:
         json.dump(result, f, indent=1)
     os.replace(tmp, os.path.join(out_dir, "result.json"))
+
+
+def save_chosen_model(model, tokenizer, state_dict: dict, path: str) -> None:
+    """Save the chosen epoch's weights as a loadable folder (a teacher for run_distill.py). A failure here is logged,
+    never fatal: the run's scores stand without the weights."""
+    try:
+        model.load_state_dict(state_dict)
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+    except Exception as error:  # noqa: BLE001 - hours of training are not thrown away for a full disk
+        logging.getLogger(__name__).error("The chosen epoch's weights were not saved to %s: %s", path, error)
 
 
 # ---- the sweep ------------------------------------------------------------------------------------------------------
@@ -234,6 +256,7 @@ def launch(job, args) -> str:
     cmd = [sys.executable, os.path.abspath(__file__), "--job", task, row, str(seed), "--runs_dir", args.runs_dir,
            "--fast_path", args.fast_path, "--device", args.device,
            "--max_seq_length", str(args.max_seq_length),
+           *(["--models_dir", args.models_dir] if args.models_dir else []),
            *(["--max_samples", str(args.max_samples)] if args.max_samples else []),
            *(["--data_dir", args.data_dir] if args.data_dir else []), *[f"--member={m}" for m in args.member]]
     start = time.time()
@@ -476,11 +499,16 @@ def main(argv: list[str] | None = None):
     ap.add_argument("--bootstrap", type=int, default=1000, help="Bootstrap resamples (0: none).")
     ap.add_argument("--max_seq_length", type=int, default=BUDGET["max_seq_length"])
     ap.add_argument("--report_only", action="store_true")
+    ap.add_argument("--models_dir", default=None,
+                    help="Also save each run's chosen-epoch model to MODELS_DIR/TASK/ROW/seed_N (e.g. a distillation "
+                         "teacher); by default nothing is saved. Weights are large: keep this folder out of git.")
     ap.add_argument("--max_samples", type=int, default=None,
                     help="Use only the first N examples of each split: a quick check of the machinery, not a result.")
     ap.add_argument("--job", nargs=3, metavar=("TASK", "ROW", "SEED"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.runs_dir = os.path.abspath(args.runs_dir)
+    if args.models_dir:
+        args.models_dir = os.path.abspath(args.models_dir)
     for task in args.tasks:
         get_task(task)  # an unknown task fails here, naming the known ones
     if args.job:

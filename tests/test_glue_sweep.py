@@ -82,3 +82,32 @@ def test_sweep_refuses_unknown_members_and_tasks(tmp_path):
     proc = subprocess.run([sys.executable, SCRIPT, "--tasks", "colaa", "--report_only", "--runs_dir", str(tmp_path)],
                           capture_output=True, text=True, env=ENV, cwd=REPO_ROOT)
     assert proc.returncode != 0 and "colaa" in proc.stderr
+
+
+@pytest.mark.slow
+def test_models_dir_keeps_the_chosen_epochs_weights(tiny_paths, shared_data, tmp_path):
+    """--models_dir saves the epoch chosen on the held-out slice (a distillation teacher): reloaded, it predicts the
+    dev set as that epoch did during training."""
+    import torch
+
+    from hf_multiencoder import MultiEncoderForSequenceClassification, MultiEncoderTokenizer
+    from hf_multiencoder.data.loading import load_task
+
+    cmd = [sys.executable, SCRIPT, "--tasks", "cola", "--rows", "dme", "--seeds", "1", "--data_dir", shared_data,
+           "--member", f"MiniLM={tiny_paths[0]}", "--member", f"MPNet={tiny_paths[1]}", "--runs_dir",
+           str(tmp_path / "runs"), "--results", str(tmp_path / "results"), "--max_samples", "48",
+           "--max_seq_length", "48", "--bootstrap", "0", "--models_dir", str(tmp_path / "models")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=ENV, cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run = json.loads((tmp_path / "runs" / "cola" / "dme" / "seed_1" / "result.json").read_text())
+    chosen = 1 + int(np.argmax([e["heldout"] for e in run["epochs"]]))
+    with np.load(tmp_path / "runs" / "cola" / "dme" / "seed_1" / "predictions.npz") as stored:
+        expected = stored[f"dev_outputs_{chosen}"]
+    folder = tmp_path / "models" / "cola" / "dme" / "seed_1"
+    model = MultiEncoderForSequenceClassification.from_pretrained(folder).eval()
+    tokenizer = MultiEncoderTokenizer.from_pretrained(folder)
+    dev = load_task("cola", data_dir=shared_data)[0]["validation"].select(range(48))
+    with torch.no_grad():
+        logits = model(**tokenizer(list(dev["sentence1"]), padding=True, truncation=True, max_length=48,
+                                   return_tensors="pt")).logits
+    np.testing.assert_allclose(torch.softmax(logits, -1).numpy(), expected, atol=1e-4)
