@@ -144,32 +144,34 @@ def _task_texts(dataset, spec) -> tuple[list[str], list[str] | None]:
     return dataset["sentence1"], (dataset["sentence2"] if spec.is_pair else None)
 
 
-def distill(teacher, student: str, raw, spec, training_args, teacher_tokenizer=None, unlabelled_texts=None,
-            temperature: float = 2.0, alpha: float = 0.5, max_length: int | None = 128, cache_dir: str | None = None,
-            teacher_batch_size: int = 64):
-    """Train the plain model `student` (a checkpoint name or folder) on the task's training split against the
-    teacher's soft targets and the gold labels, plus `unlabelled_texts` (teacher only), evaluate it on the
-    validation split(s) and save it (with its tokenizer and a card naming the teacher) in `training_args.output_dir`.
-
-    `teacher` is a trained `MultiEncoderForSequenceClassification` (or the folder of one), `raw` the task's
-    `DatasetDict` and `spec` its `TaskSpec` (`load_task` / `load_files`). The student gets the teacher's labels
-    (`id2label`). Returns the trainer and the evaluation metrics per validation split.
-    """
-    import datasets
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
-
-    from ..data.loading import tokenize_task
+def load_teacher(teacher, teacher_tokenizer=None):
+    """`(teacher model, its MultiEncoderTokenizer)` from a trained multi-encoder classifier's folder (or Hub id), or
+    from a model object and its tokenizer."""
     from ..models.tokenization_multiencoder import MultiEncoderTokenizer
-    from .metrics import build_compute_metrics
 
-    if spec.kind == "token":
-        raise ValueError(f"{spec.name} is a token-classification task: distillation covers sequence tasks "
-                         f"(classification, pairs, regression) for now.")
     if isinstance(teacher, str):
         teacher_tokenizer = teacher_tokenizer or MultiEncoderTokenizer.from_pretrained(teacher)
         teacher = MultiEncoderForSequenceClassification.from_pretrained(teacher)
     if teacher_tokenizer is None:
         raise ValueError("Give the teacher's MultiEncoderTokenizer (`teacher_tokenizer`) with a teacher model object.")
+    return teacher, teacher_tokenizer
+
+
+def distillation_trainer(teacher, student: str, raw, spec, training_args, teacher_tokenizer=None,
+                         unlabelled_texts=None, temperature: float = 2.0, alpha: float = 0.5,
+                         max_length: int | None = 128, cache_dir: str | None = None, teacher_batch_size: int = 64):
+    """The [`DistillationTrainer`] of [`distill`], built but not trained, and the splits tokenized for the student
+    (`{"train": ..., validation split: ...}`): for a study that adds its own callbacks before `trainer.train()`."""
+    import datasets
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
+
+    from ..data.loading import tokenize_task
+    from .metrics import build_compute_metrics
+
+    if spec.kind == "token":
+        raise ValueError(f"{spec.name} is a token-classification task: distillation covers sequence tasks "
+                         f"(classification, pairs, regression) for now.")
+    teacher, teacher_tokenizer = load_teacher(teacher, teacher_tokenizer)
     regression = spec.is_regression
     if (teacher.config.num_labels == 1) != regression or (not regression and spec.num_labels
                                                            != teacher.config.num_labels):
@@ -209,10 +211,29 @@ def distill(teacher, student: str, raw, spec, training_args, teacher_tokenizer=N
         eval_dataset=tokenized[eval_splits[0]] if eval_splits else None,
         data_collator=DataCollatorWithPadding(tokenizer), processing_class=tokenizer,
         compute_metrics=build_compute_metrics(spec), temperature=temperature, alpha=alpha)
+    return trainer, tokenized
+
+
+def distill(teacher, student: str, raw, spec, training_args, teacher_tokenizer=None, unlabelled_texts=None,
+            temperature: float = 2.0, alpha: float = 0.5, max_length: int | None = 128, cache_dir: str | None = None,
+            teacher_batch_size: int = 64):
+    """Train the plain model `student` (a checkpoint name or folder) on the task's training split against the
+    teacher's soft targets and the gold labels, plus `unlabelled_texts` (teacher only), evaluate it on the
+    validation split(s) and save it (with its tokenizer and a card naming the teacher) in `training_args.output_dir`.
+
+    `teacher` is a trained `MultiEncoderForSequenceClassification` (or the folder of one), `raw` the task's
+    `DatasetDict` and `spec` its `TaskSpec` (`load_task` / `load_files`). The student gets the teacher's labels
+    (`id2label`). Returns the trainer and the evaluation metrics per validation split.
+    """
+    teacher, teacher_tokenizer = load_teacher(teacher, teacher_tokenizer)
+    trainer, tokenized = distillation_trainer(
+        teacher, student, raw, spec, training_args, teacher_tokenizer=teacher_tokenizer,
+        unlabelled_texts=unlabelled_texts, temperature=temperature, alpha=alpha, max_length=max_length,
+        cache_dir=cache_dir, teacher_batch_size=teacher_batch_size)
     trainer.train()
     trainer.save_model()
     metrics = {}
-    for split in eval_splits:
+    for split in (s for s in spec.validation_splits if s in tokenized):
         metrics[split] = trainer.evaluate(eval_dataset=tokenized[split], metric_key_prefix=f"eval_{split}")
     save_student_card(training_args.output_dir, student, teacher, spec, metrics, temperature=temperature, alpha=alpha,
                       unlabelled=len(unlabelled_texts or []))
