@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 import torch
 import transformers
-from harness import REPO_ROOT, environment, save_results, start_run
+from harness import REPO_ROOT, benchmark_main, environment, start_run
 from timing import cleanup, interleaved_median_ms
-from transformers import AutoModelForSequenceClassification, AutoTokenizer, HfArgumentParser
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from hf_multiencoder import MultiEncoderForSequenceClassification, MultiEncoderTokenizer
 from hf_multiencoder.data.loading import load_task
@@ -151,10 +151,7 @@ def markdown(results: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    (args,) = HfArgumentParser(DistillBenchmarkArguments).parse_args_into_dataclasses(args=argv)
-    results = run(args)
-    save_results(results, args.out, markdown(results))
-    return results
+    return benchmark_main(DistillBenchmarkArguments, run, markdown, argv)
 
 
 if __name__ == "__main__":

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 
 import torch
 import transformers
-from harness import REPO_ROOT, environment, save_results, short_name, synthetic_split
+from harness import REPO_ROOT, benchmark_main, environment, short_name, synthetic_split
 from timing import cleanup, interleaved_median_ms
-from transformers import AutoModel, AutoTokenizer, HfArgumentParser
+from transformers import AutoModel, AutoTokenizer
 
 from hf_multiencoder import MultiEncoderModel, MultiEncoderTokenizer, load_task
 from hf_multiencoder.data.loading import local_path
@@ -176,10 +176,7 @@ def markdown(results: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    (args,) = HfArgumentParser(EncodeBenchmarkArguments).parse_args_into_dataclasses(args=argv)
-    results = run(args)
-    save_results(results, args.out, markdown(results))
-    return results
+    return benchmark_main(EncodeBenchmarkArguments, run, markdown, argv)
 
 
 if __name__ == "__main__":

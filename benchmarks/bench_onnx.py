@@ -31,9 +31,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 import transformers
-from harness import DEFAULT_MEMBERS, REPO_ROOT, environment, save_results, short_name, start_run
+from harness import DEFAULT_MEMBERS, REPO_ROOT, benchmark_main, environment, short_name, start_run
 from timing import cleanup, interleaved_median_ms
-from transformers import HfArgumentParser
 
 from hf_multiencoder.data.loading import load_task, local_path
 from hf_multiencoder.data.tasks import get_task
@@ -253,10 +252,7 @@ def markdown(results: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    (args,) = HfArgumentParser(OnnxBenchmarkArguments).parse_args_into_dataclasses(args=argv)
-    results = run(args)
-    save_results(results, args.out, markdown(results))
-    return results
+    return benchmark_main(OnnxBenchmarkArguments, run, markdown, argv)
 
 
 if __name__ == "__main__":

@@ -26,17 +26,17 @@ from harness import (  # the shared benchmark machinery (benchmarks/ is on sys.p
     REPO_ROOT,
     BenchmarkArguments,
     Entry,
+    benchmark_main,
     build_tiny_members,
     environment,
     finish_train_result,
     load_splits,
-    save_results,
     short_name,
     start_run,
     train_window,
 )
 from timing import cleanup, round_summary
-from transformers import HfArgumentParser, set_seed
+from transformers import set_seed
 
 from hf_multiencoder import (
     MultiEncoderDataCollator,
@@ -151,10 +151,7 @@ def markdown(results: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    (args,) = HfArgumentParser(ScaleArguments).parse_args_into_dataclasses(args=argv)
-    results = run(args)
-    save_results(results, args.out, markdown(results))
-    return results
+    return benchmark_main(ScaleArguments, run, markdown, argv)
 
 
 if __name__ == "__main__":

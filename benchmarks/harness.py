@@ -23,6 +23,7 @@ import torch
 import transformers
 from timing import PeakMemory, StepTimer, synchronize
 from transformers import (
+    HfArgumentParser,
     PrinterCallback,
     Trainer,
     TrainingArguments,
@@ -302,6 +303,15 @@ def git_commit() -> str | None:
         return subprocess.run(["git", "-C", REPO_ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True, timeout=10).stdout.strip() or None
     return None
+
+
+def benchmark_main(arguments_class, run, markdown, argv: list[str] | None = None) -> dict:
+    """A benchmark script's `main`: parse `arguments_class` (a dataclass with an `out` path) from `argv`, `run` it,
+    save the JSON and the `markdown` table beside it, and return the results."""
+    (args,) = HfArgumentParser(arguments_class).parse_args_into_dataclasses(args=argv)
+    results = run(args)
+    save_results(results, args.out, markdown(results))
+    return results
 
 
 def save_results(results: dict, out: str, table: str) -> None:

@@ -1,4 +1,6 @@
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -26,6 +28,23 @@ def shared_data():
     if not os.path.isdir(SHARED_DATA):
         pytest.skip(f"real data folder {SHARED_DATA} is missing (set HF_MULTIENCODER_DATA)")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def run_script():
+    """`run_script("benchmarks/x.py", *args, timeout=600, check=True, **env)`: a repository script in a fresh
+    interpreter, from the repository root, offline (`env` adds variables). With `check`, a non-zero exit fails the
+    test showing the tail of the script's output. Returns the `CompletedProcess`."""
+
+    def run(script: str, *args, timeout: int = 600, check: bool = True, **env) -> subprocess.CompletedProcess:
+        environ = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false", **env)
+        proc = subprocess.run([sys.executable, os.path.join(REPO_ROOT, script), *map(str, args)], capture_output=True,
+                              text=True, timeout=timeout, env=environ, cwd=REPO_ROOT)
+        if check:
+            assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return proc
+
+    return run
 
 
 @pytest.fixture

@@ -3,24 +3,17 @@ tables are written."""
 
 import json
 import math
-import os
-import subprocess
-import sys
 
 import pytest
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(REPO_ROOT, "benchmarks", "bench_distill.py")
-ENV = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+SCRIPT = "benchmarks/bench_distill.py"
 
 
 @pytest.mark.slow  # a subprocess: run by `make test`, skipped by `make test-fast`
-def test_tiny_distill_benchmark(tmp_path, shared_data):
+def test_tiny_distill_benchmark(tmp_path, shared_data, run_script):
     out = tmp_path / "distill.json"
-    cmd = [sys.executable, SCRIPT, "--tiny", "--latency_repeats", "2", "--throughput_repeats", "1", "--data_dir",
-           shared_data, "--out", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=ENV, cwd=REPO_ROOT)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_script(SCRIPT, "--tiny", "--latency_repeats", 2, "--throughput_repeats", 1, "--data_dir", shared_data, "--out",
+               out)
     results = json.loads(out.read_text())
     assert set(results["timing"]) == {"batch_1", "batch_32"}
     for timing in results["timing"].values():
@@ -33,7 +26,6 @@ def test_tiny_distill_benchmark(tmp_path, shared_data):
     assert "teacher / student" in (tmp_path / "distill.md").read_text()
 
 
-def test_distill_benchmark_refuses_a_missing_teacher(tmp_path):
-    proc = subprocess.run([sys.executable, SCRIPT, "--teacher", str(tmp_path)], capture_output=True, text=True,
-                          env=ENV, cwd=REPO_ROOT)
+def test_distill_benchmark_refuses_a_missing_teacher(tmp_path, run_script):
+    proc = run_script(SCRIPT, "--teacher", tmp_path, check=False)
     assert proc.returncode != 0 and "no saved model there" in proc.stderr

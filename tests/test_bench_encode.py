@@ -4,24 +4,19 @@ tables are written."""
 import json
 import math
 import os
-import subprocess
-import sys
 
 import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(REPO_ROOT, "benchmarks", "bench_encode.py")
+SCRIPT = "benchmarks/bench_encode.py"
 
 
 @pytest.mark.slow  # a subprocess: run by `make test`, skipped by `make test-fast`
-def test_tiny_encode_benchmark(tmp_path, shared_data):
+def test_tiny_encode_benchmark(tmp_path, shared_data, run_script):
     pytest.importorskip("sentence_transformers", reason="the benchmark times the SentenceTransformer module too")
     out = tmp_path / "encode.json"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    cmd = [sys.executable, SCRIPT, "--tiny", "--threads", "1", "--sentences", "24", "--batch_size", "8",
-           "--repeats", "1", "--data_dir", shared_data, "--out", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=REPO_ROOT)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_script(SCRIPT, "--tiny", "--threads", "1", "--sentences", "24", "--batch_size", "8",
+                      "--repeats", "1", "--data_dir", shared_data, "--out", str(out), timeout=300)
     results = json.loads(out.read_text())
     assert set(results["runs"]) == {"plain/tiny-bert", "plugin/tiny-bert", "plain/tiny-roberta", "plugin/tiny-roberta",
                                     "fused", "fused_st"}

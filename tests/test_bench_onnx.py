@@ -4,24 +4,19 @@ is timed and scored on the dev set, the tables are written."""
 import json
 import math
 import os
-import subprocess
-import sys
 
 import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(REPO_ROOT, "benchmarks", "bench_onnx.py")
+SCRIPT = "benchmarks/bench_onnx.py"
 
 
 @pytest.mark.slow  # a subprocess: run by `make test`, skipped by `make test-fast`
-def test_tiny_onnx_benchmark(tmp_path, shared_data):
+def test_tiny_onnx_benchmark(tmp_path, shared_data, run_script):
     pytest.importorskip("onnxruntime", reason="the benchmark runs the ONNX export (the onnx extra)")
     out = tmp_path / "onnx.json"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    cmd = [sys.executable, SCRIPT, "--tiny", "--train_samples", "64", "--epochs", "1", "--latency_repeats", "2",
-           "--throughput_repeats", "1", "--data_dir", shared_data, "--out", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=REPO_ROOT)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_script(SCRIPT, "--tiny", "--train_samples", 64, "--epochs", 1, "--latency_repeats", 2,
+                      "--throughput_repeats", 1, "--data_dir", shared_data, "--out", out)
     results = json.loads(out.read_text())
     engines = {"pytorch_fp32", "onnx_fp32", "onnx_int8"}
     assert set(results["accuracy"]) == engines

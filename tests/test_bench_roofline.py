@@ -3,23 +3,18 @@
 import json
 import math
 import os
-import subprocess
-import sys
 
 import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(REPO_ROOT, "benchmarks", "bench_roofline.py")
+SCRIPT = "benchmarks/bench_roofline.py"
 
 
 @pytest.mark.slow  # a subprocess: run by `make test`, skipped by `make test-fast`
-def test_tiny_roofline_benchmark(tmp_path, shared_data):
+def test_tiny_roofline_benchmark(tmp_path, shared_data, run_script):
     out = tmp_path / "roofline.json"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    cmd = [sys.executable, SCRIPT, "--tiny", "--threads", "1", "--lengths", "16", "--batch_size", "4", "--steps", "1",
-           "--warmup", "0", "--rounds", "2", "--data_dir", shared_data, "--out", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=REPO_ROOT)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_script(SCRIPT, "--tiny", "--threads", "1", "--lengths", "16", "--batch_size", "4", "--steps", "1",
+                      "--warmup", "0", "--rounds", "2", "--data_dir", shared_data, "--out", str(out), timeout=600)
     result = json.loads(out.read_text())
     assert set(result["machine"]["flags"]) >= {"avx2", "amx_bf16", "avx512_bf16"}
     for precision in ("fp32", "bf16"):

@@ -4,24 +4,21 @@ checkpointing, the JSON and Markdown reports."""
 import json
 import math
 import os
-import subprocess
 import sys
 
 import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(REPO_ROOT, "benchmarks", "bench_scale.py")
+SCRIPT = "benchmarks/bench_scale.py"
 
 
 @pytest.mark.slow  # a subprocess
-def test_tiny_scale_benchmark_end_to_end(tmp_path):
+def test_tiny_scale_benchmark_end_to_end(tmp_path, run_script):
     pytest.importorskip("peft", reason="the LoRA variants need peft (pip install 'hf_multiencoder[peft]')")
     out = tmp_path / "scale.json"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    cmd = [sys.executable, SCRIPT, "--tiny", "--synthetic", "--device", "cpu", "--threads", "1", "--steps", "1",
-           "--warmup", "1", "--repeats", "2", "--variants", "full", "lora", "full+gc", "--out", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=REPO_ROOT)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_script(SCRIPT, "--tiny", "--synthetic", "--device", "cpu", "--threads", "1", "--steps", "1",
+               "--warmup", "1", "--repeats", "2", "--variants", "full", "lora", "full+gc", "--out", out,
+               timeout=300)
 
     results = json.loads(out.read_text())
     variants = results["variants"]

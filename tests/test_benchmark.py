@@ -7,30 +7,25 @@ the test never skips.
 import json
 import math
 import os
-import subprocess
-import sys
 
 import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATA = os.environ.get("HF_MULTIENCODER_DATA", os.path.join(REPO_ROOT, "..", "shared", "data"))
 
-SCRIPT = os.path.join(REPO_ROOT, "benchmarks", "bench_train.py")
+SCRIPT = "benchmarks/bench_train.py"
 RATIOS = ("plugin_over_plain", "fused_over_sum", "fused_over_slowest_plain", "cached_over_uncached")
 RUNS = ("plain/tiny-bert", "plugin/tiny-bert", "plain/tiny-roberta", "plugin/tiny-roberta", "fused/concat",
         "fused/dme", "frozen/dme", "cached/dme")
 
 
 @pytest.mark.slow  # a subprocess or a compile: run by `make test`, skipped by `make test-fast`
-def test_tiny_benchmark_end_to_end(tmp_path):
+def test_tiny_benchmark_end_to_end(tmp_path, run_script):
     out = tmp_path / "tiny.json"
     data = ["--data_dir", SHARED_DATA] if os.path.isdir(SHARED_DATA) else ["--synthetic"]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     # one thread: on a shared 2-core machine OpenMP spin-waiting otherwise makes tiny ops 100x slower
-    cmd = [sys.executable, SCRIPT, "--tiny", "--device", "cpu", "--threads", "1", "--steps", "3", "--warmup", "1",
-           "--pipeline_samples", "4", "--out", str(out), *data]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=150, env=env, cwd=REPO_ROOT)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_script(SCRIPT, "--tiny", "--device", "cpu", "--threads", "1", "--steps", "3", "--warmup", "1",
+                      "--pipeline_samples", "4", "--out", out, *data, timeout=150)
 
     results = json.loads(out.read_text())
     assert isinstance(results["device"], str) and results["device"].startswith("cpu")

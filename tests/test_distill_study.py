@@ -3,39 +3,31 @@ student per seed under the sweep's protocol (epoch chosen on the held-out slice)
 sweep's member rows."""
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(REPO_ROOT, "scripts", "distill_study.py")
-ENV = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-           OMP_NUM_THREADS="1")
+SCRIPT = "scripts/distill_study.py"
 
 
-def study(tmp_path, tiny_paths, shared_data, *extra):
-    cmd = [sys.executable, SCRIPT, "--task", "cola", "--frozen_teacher", str(tmp_path / "teacher"), "--seeds", "1",
-           "2", "--data_dir", shared_data, "--member", f"MiniLM={tiny_paths[0]}", "--member",
-           f"MPNet={tiny_paths[1]}", "--student", tiny_paths[0], "--runs_dir", str(tmp_path / "runs"),
-           "--member_runs", str(tmp_path / "member_runs"), "--results", str(tmp_path / "results"), "--max_samples",
-           "40", "--max_seq_length", "32", "--teacher_epochs", "2", *extra]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=ENV, cwd=REPO_ROOT)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc.stdout
+def study(run_script, tmp_path, tiny_paths, shared_data):
+    return run_script(SCRIPT, "--task", "cola", "--frozen_teacher", tmp_path / "teacher", "--seeds", 1, 2,
+                      "--data_dir", shared_data, "--member", f"MiniLM={tiny_paths[0]}", "--member",
+                      f"MPNet={tiny_paths[1]}", "--student", tiny_paths[0], "--runs_dir", tmp_path / "runs",
+                      "--member_runs", tmp_path / "member_runs", "--results", tmp_path / "results",
+                      "--max_samples", 40, "--max_seq_length", 32, "--teacher_epochs", 2, timeout=900,
+                      OMP_NUM_THREADS="1").stdout
 
 
 @pytest.mark.slow
-def test_distill_study_trains_chooses_on_heldout_resumes_and_reports(tiny_paths, shared_data, tmp_path):
+def test_distill_study_trains_chooses_on_heldout_resumes_and_reports(tiny_paths, shared_data, tmp_path, run_script):
     # a member-alone baseline as the sweep writes it (two seeds)
     for seed, dev in ((1, 0.10), (2, 0.20)):
         folder = tmp_path / "member_runs" / "cola" / "plain_MiniLM" / f"seed_{seed}"
         folder.mkdir(parents=True)
         (folder / "result.json").write_text(json.dumps({"train_seconds": 5.0, "epochs": [
             {"heldout": 0.3, "dev": dev}, {"heldout": 0.1, "dev": 0.9}]}))  # epoch 1 chosen: dev 0.9 is never read
-    out = study(tmp_path, tiny_paths, shared_data)
+    out = study(run_script, tmp_path, tiny_paths, shared_data)
     assert out.count(": ok in ") == 2
     assert (tmp_path / "teacher" / "config.json").is_file()
     teacher = json.loads((tmp_path / "runs" / "cola" / "teacher" / "teacher.json").read_text())
@@ -53,14 +45,12 @@ def test_distill_study_trains_chooses_on_heldout_resumes_and_reports(tiny_paths,
     md = (tmp_path / "results" / "distill.md").read_text()
     assert "MiniLM distilled from `teacher`" in md and "Latency: not measured yet" in md
     # finished runs are skipped; the teacher's logits come from its cache
-    again = study(tmp_path, tiny_paths, shared_data)
+    again = study(run_script, tmp_path, tiny_paths, shared_data)
     assert again.count("skip ") == 2 and ": ok in " not in again
 
 
-def test_distill_study_needs_a_teacher(tmp_path):
-    proc = subprocess.run([sys.executable, SCRIPT, "--task", "cola", "--runs_dir", str(tmp_path)],
-                          capture_output=True, text=True, env=ENV, cwd=REPO_ROOT)
+def test_distill_study_needs_a_teacher(tmp_path, run_script):
+    proc = run_script(SCRIPT, "--task", "cola", "--runs_dir", tmp_path, check=False)
     assert proc.returncode != 0 and "--teacher FOLDER" in proc.stderr
-    proc = subprocess.run([sys.executable, SCRIPT, "--task", "cola", "--teacher", str(tmp_path / "none")],
-                          capture_output=True, text=True, env=ENV, cwd=REPO_ROOT)
+    proc = run_script(SCRIPT, "--task", "cola", "--teacher", tmp_path / "none", check=False)
     assert proc.returncode != 0 and "no saved model there" in proc.stderr

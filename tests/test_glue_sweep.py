@@ -4,31 +4,25 @@ tuned members and the comparisons, and a second call resumes without redoing fin
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(REPO_ROOT, "scripts", "glue_sweep.py")
-ENV = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-           OMP_NUM_THREADS="1")
+SCRIPT = "scripts/glue_sweep.py"
 
 
-def sweep(tiny_paths, shared_data, tmp_path, *extra):
-    cmd = [sys.executable, SCRIPT, "--tasks", "cola", "wnut17", "--rows", "MiniLM", "MPNet", "dme", "plain_MiniLM",
-           "--seeds", "1", "2", "--workers", "2", "--data_dir", shared_data, "--member", f"MiniLM={tiny_paths[0]}",
-           "--member", f"MPNet={tiny_paths[1]}", "--runs_dir", str(tmp_path / "runs"), "--results",
-           str(tmp_path / "results"), "--max_samples", "48", "--max_seq_length", "48", "--bootstrap", "20", *extra]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=ENV, cwd=REPO_ROOT)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc.stdout
+def sweep(run_script, tiny_paths, shared_data, tmp_path, *extra):
+    return run_script(SCRIPT, "--tasks", "cola", "wnut17", "--rows", "MiniLM", "MPNet", "dme", "plain_MiniLM",
+                      "--seeds", 1, 2, "--workers", 2, "--data_dir", shared_data, "--member",
+                      f"MiniLM={tiny_paths[0]}", "--member", f"MPNet={tiny_paths[1]}", "--runs_dir", tmp_path / "runs",
+                      "--results", tmp_path / "results", "--max_samples", 48, "--max_seq_length", 48,
+                      "--bootstrap", 20, *extra, timeout=900, OMP_NUM_THREADS="1").stdout
 
 
 @pytest.mark.slow  # a subprocess or a compile: run by `make test`, skipped by `make test-fast`
-def test_sweep_chooses_on_the_heldout_slice_reports_baselines_and_resumes(tiny_paths, shared_data, tmp_path):
-    out = sweep(tiny_paths, shared_data, tmp_path)
+def test_sweep_chooses_on_the_heldout_slice_reports_baselines_and_resumes(tiny_paths, shared_data, tmp_path,
+                                                                         run_script):
+    out = sweep(run_script, tiny_paths, shared_data, tmp_path)
     # plain transformers runs sequence tasks once (first seed); NER has no plain row
     assert out.count(": ok in ") == 3 * 2 * 2 + 1, out
     report = json.loads((tmp_path / "results" / "glue_finetuned.json").read_text())
@@ -68,24 +62,22 @@ def test_sweep_chooses_on_the_heldout_slice_reports_baselines_and_resumes(tiny_p
     # a cut-off run (no result.json) is rerun from the start; finished runs are skipped
     assert "Partial" not in md
     os.remove(tmp_path / "runs" / "cola" / "dme" / "seed_2" / "result.json")
-    sweep(tiny_paths, shared_data, tmp_path, "--report_only")  # a table of what has finished says it is partial
+    sweep(run_script, tiny_paths, shared_data, tmp_path, "--report_only")  # what has finished, said to be partial
     assert "**Partial: 12 of the 13 runs" in (tmp_path / "results" / "glue_finetuned.md").read_text()
-    again = sweep(tiny_paths, shared_data, tmp_path)
+    again = sweep(run_script, tiny_paths, shared_data, tmp_path)
     assert again.count(": ok in ") == 1 and again.count("skip ") == 12, again
     assert "cola/dme/seed 2: ok" in again
 
 
-def test_sweep_refuses_unknown_members_and_tasks(tmp_path):
-    proc = subprocess.run([sys.executable, SCRIPT, "--member", "BERT=/x", "--report_only", "--runs_dir",
-                           str(tmp_path)], capture_output=True, text=True, env=ENV, cwd=REPO_ROOT)
+def test_sweep_refuses_unknown_members_and_tasks(tmp_path, run_script):
+    proc = run_script(SCRIPT, "--member", "BERT=/x", "--report_only", "--runs_dir", tmp_path, check=False)
     assert proc.returncode != 0 and "--member takes NAME=PATH with NAME one of MiniLM, MPNet" in proc.stderr
-    proc = subprocess.run([sys.executable, SCRIPT, "--tasks", "colaa", "--report_only", "--runs_dir", str(tmp_path)],
-                          capture_output=True, text=True, env=ENV, cwd=REPO_ROOT)
+    proc = run_script(SCRIPT, "--tasks", "colaa", "--report_only", "--runs_dir", tmp_path, check=False)
     assert proc.returncode != 0 and "colaa" in proc.stderr
 
 
 @pytest.mark.slow
-def test_models_dir_keeps_the_chosen_epochs_weights(tiny_paths, shared_data, tmp_path):
+def test_models_dir_keeps_the_chosen_epochs_weights(tiny_paths, shared_data, tmp_path, run_script):
     """--models_dir saves the epoch chosen on the held-out slice (a distillation teacher): reloaded, it predicts the
     dev set as that epoch did during training."""
     import torch
@@ -93,12 +85,10 @@ def test_models_dir_keeps_the_chosen_epochs_weights(tiny_paths, shared_data, tmp
     from hf_multiencoder import MultiEncoderForSequenceClassification, MultiEncoderTokenizer
     from hf_multiencoder.data.loading import load_task
 
-    cmd = [sys.executable, SCRIPT, "--tasks", "cola", "--rows", "dme", "--seeds", "1", "--data_dir", shared_data,
-           "--member", f"MiniLM={tiny_paths[0]}", "--member", f"MPNet={tiny_paths[1]}", "--runs_dir",
-           str(tmp_path / "runs"), "--results", str(tmp_path / "results"), "--max_samples", "48",
-           "--max_seq_length", "48", "--bootstrap", "0", "--models_dir", str(tmp_path / "models")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=ENV, cwd=REPO_ROOT)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_script(SCRIPT, "--tasks", "cola", "--rows", "dme", "--seeds", 1, "--data_dir", shared_data, "--member",
+               f"MiniLM={tiny_paths[0]}", "--member", f"MPNet={tiny_paths[1]}", "--runs_dir", tmp_path / "runs",
+               "--results", tmp_path / "results", "--max_samples", 48, "--max_seq_length", 48, "--bootstrap", 0,
+               "--models_dir", tmp_path / "models", timeout=900, OMP_NUM_THREADS="1")
     run = json.loads((tmp_path / "runs" / "cola" / "dme" / "seed_1" / "result.json").read_text())
     chosen = 1 + int(np.argmax([e["heldout"] for e in run["epochs"]]))
     with np.load(tmp_path / "runs" / "cola" / "dme" / "seed_1" / "predictions.npz") as stored:
