@@ -264,3 +264,13 @@ def test_bad_exports_and_folders_give_clear_errors(exported, tiny_paths, names_t
     _, runner = exported("dme")
     with pytest.raises(FileNotFoundError, match=r"quantize=True"):
         OnnxMultiEncoder(runner.folder, quantized=True)
+
+
+def test_exported_model_still_checks_its_inputs_in_pytorch(exported, names_tokenizer):
+    """The model skips its python input checks only while traced for the export: afterwards (and in eager PyTorch)
+    a batch whose members disagree is refused as before."""
+    model, _ = exported("dme")
+    batch = names_tokenizer(["he left", "the cat sat"], padding=True, return_tensors="pt")
+    inputs = {key: [t if i else t[:1] for i, t in enumerate(batch[key])] for key in batch}  # member 0: one example
+    with pytest.raises(ValueError, match="got a batch of"):
+        model(**inputs)

@@ -210,9 +210,7 @@ def export_onnx(model_or_folder, output_dir, tokenizer: MultiEncoderTokenizer | 
     example = _example_inputs(model, tokenizer, inputs)
     was_training = model.training
     model.eval()
-    # the model's input checks are python on concrete values (batch sizes compared, token ids against each
-    # vocabulary): a trace would freeze them, or trip on traced sizes; `OnnxMultiEncoder.run` makes them instead
-    base._check_inputs = _no_check
+    # the model skips its python input checks while traced or exported; `OnnxMultiEncoder.run` makes them instead
     try:
         with torch.no_grad(), warnings.catch_warnings():
             # tracing warns on python-side branches on sizes (see the module's docs); the TorchScript exporter warns
@@ -226,7 +224,6 @@ def export_onnx(model_or_folder, output_dir, tokenizer: MultiEncoderTokenizer | 
             expected = [t.float().cpu().numpy() for t in flat(*example)]
             _export(flat, example, path, inputs, outputs, opset, dynamo, task)
     finally:
-        del base._check_inputs  # the method again
         model.train(was_training)
     graph = onnx.load(path, load_external_data=False)  # weights beyond 2 GB stay in their files
     _drop_intermediate_shapes(graph.graph)
@@ -260,10 +257,6 @@ def export_onnx(model_or_folder, output_dir, tokenizer: MultiEncoderTokenizer | 
     with open(os.path.join(output_dir, ONNX_CONFIG_FILE), "w", encoding="utf-8") as f:
         f.write(json.dumps(onnx_config, indent=2) + "\n")
     return path
-
-
-def _no_check(*args, **kwargs) -> None:
-    return None
 
 
 def _export(flat, example, path, inputs, outputs, opset, dynamo, task) -> None:

@@ -611,7 +611,11 @@ class MultiEncoderModel(MultiEncoderPreTrainedModel):
 
     def _check_inputs(self, input_ids, attention_mask, token_type_ids) -> None:
         """Shapes and lengths on every call (no synchronisation); token ids within each member's vocabulary on every
-        CPU call and the first accelerator call (a tensor comparison synchronises the device)."""
+        CPU call and the first accelerator call (a tensor comparison synchronises the device). Skipped while the model
+        is traced or exported (ONNX): python checks on concrete values would be frozen into the graph or trip on
+        traced sizes, so the exported model's runner checks its inputs instead."""
+        if torch.jit.is_tracing() or torch.compiler.is_exporting():
+            return
         names = self.config.encoder_names
         batch_sizes = {}
         for i, ids in enumerate(input_ids):
