@@ -85,7 +85,7 @@ def test_ner_pipeline_entities_offsets_and_weights(tagger_folder):
         assert text[w["start"]:w["end"]] == w["word"] and w["entity"] != "O"
         assert list(w["fusion_weights"]) == NAMES
     # punctuation is its own word ("France." is two words), as a real pre-tokenizer splits it
-    all_words = ner._pre_tokenize(text)
+    all_words = ner.tokenizer.pre_tokenize(text)
     assert [w for w, _ in all_words][-2:] == ["France", "."]
     entities = ner(text)
     for e in entities:
@@ -117,3 +117,15 @@ def test_pipelines_from_model_objects_and_bad_arguments(tiny_paths, pair_tokeniz
         clf("x", temperature=2)
     out = clf("x")  # concat: no fusion weights
     assert out["fusion_weights"] is None
+
+
+def test_predict_tags_splits_words_as_the_ner_pipeline(tiny_paths):
+    """`predict_tags` on a string and the `multiencoder-ner` pipeline tag the same words: the tokenizer's
+    pre-tokenizer, which splits punctuation off ("France." is two words)."""
+    tokenizer = MultiEncoderTokenizer.from_encoders(tiny_paths[:2], encoder_names=["bert", "roberta"])
+    model = MultiEncoderForTokenClassification.from_encoders(tiny_paths[:2], encoder_names=["bert", "roberta"],
+                                                             num_labels=3).eval()
+    text = "Paris is in France."
+    words = model.predict_tags(tokenizer, [text])[0]["words"]
+    assert words == [w for w, _ in tokenizer.pre_tokenize(text)] and words[-2:] == ["France", "."]
+    assert [text[a:b] for _, (a, b) in tokenizer.pre_tokenize(text)] == words

@@ -861,7 +861,8 @@ class MultiEncoderForTokenClassification(MultiEncoderPreTrainedModel):
         )
 
     def predict_tags(self, tokenizer, sentences, batch_size: int = 32, max_length: int | None = None) -> list[dict]:
-        """Tag sentences: a string, a list of strings (each split on whitespace) or a list of word lists.
+        """Tag sentences: a string, a list of strings (each split into words by `tokenizer.pre_tokenize`, as the
+        `multiencoder-ner` pipeline splits them: "France." is two words) or a list of word lists.
 
         Returns, per sentence, ``{"words", "tags", "entities": [{"type", "start", "end", "text"}],
         "fusion_weights": [{member: weight} per word] or None}`` (``end`` exclusive, in words). Words that every
@@ -947,7 +948,7 @@ def predict_words(model, tokenizer, sentences, batch_size: int = 32, max_length:
         if not isinstance(s, (str, list, tuple)):
             raise ValueError(f"Sentence {i} is {s!r} ({type(s).__name__}): give each sentence as a string or a list "
                              f"of words.")
-    words_list = [s.split() if isinstance(s, str) else list(s) for s in sentences]
+    words_list = [[w for w, _ in tokenizer.pre_tokenize(s)] if isinstance(s, str) else list(s) for s in sentences]
     empty = [i for i, words in enumerate(words_list) if not words]
     if empty:
         raise ValueError(f"Sentence(s) {empty[:5]} have no words (empty or only spaces): there is nothing to tag; "

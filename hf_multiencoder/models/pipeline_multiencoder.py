@@ -152,22 +152,10 @@ class MultiEncoderNerPipeline(_MultiEncoderPipeline):
     def preprocess(self, text):
         if not isinstance(text, str):
             raise ValueError(f"Each input is a string, got {type(text).__name__}.")
-        words = self._pre_tokenize(text)
+        words = self.tokenizer.pre_tokenize(text)
         if not words:
             raise ValueError("An input has no words (empty or only spaces): there is nothing to tag.")
         return {"text": [w for w, _ in words], "offsets": [o for _, o in words], "sentence": text}
-
-    def _pre_tokenize(self, text: str) -> list[tuple[str, tuple[int, int]]]:
-        member = self.tokenizer.tokenizers[0]
-        backend = getattr(member, "backend_tokenizer", None)
-        if backend is not None and backend.pre_tokenizer is not None:
-            return backend.pre_tokenizer.pre_tokenize_str(text)
-        words, start = [], 0
-        for word in text.split():  # a slow member tokenizer: whitespace words
-            start = text.index(word, start)
-            words.append((word, (start, start + len(word))))
-            start += len(word)
-        return words
 
     def _forward(self, batch, max_length=None):
         encoded = self._encode({"text": batch["text"]}, max_length, is_split_into_words=True)

@@ -329,6 +329,20 @@ class MultiEncoderTokenizer(PushToHubMixin):
             model.config.tokenizer_fingerprints = fingerprints
 
     # ---- encoding ---------------------------------------------------------------------------------------------
+    def pre_tokenize(self, text: str) -> list[tuple[str, tuple[int, int]]]:
+        """The words of `text` with their character offsets `(start, end)`, as the first member's pre-tokenizer splits
+        them (BERT's splits off punctuation: "France." is two words); whitespace words for a tokenizer without one.
+        The word-level models tag these words (`predict_tags`, the `multiencoder-ner` pipeline)."""
+        backend = getattr(self.tokenizers[0], "backend_tokenizer", None)
+        if backend is not None and backend.pre_tokenizer is not None:
+            return backend.pre_tokenizer.pre_tokenize_str(text)
+        words, start = [], 0
+        for word in text.split():
+            start = text.index(word, start)
+            words.append((word, (start, start + len(word))))
+            start += len(word)
+        return words
+
     def __call__(
         self,
         text=None,
