@@ -246,7 +246,8 @@ def markdown(reports: dict, bench: dict | None) -> str:
              "lr 2e-5, max_seq_length 128) against the teacher's soft targets (KL at temperature T, times T^2) "
              "mixed with the gold labels; its epoch is chosen on the sweep's held-out 10%; the score is the GLUE dev "
              "set's at that epoch. The member alone is the sweep's `plain_MiniLM` row: the same model and training "
-             "on gold labels only. Cells: median (mean ± std, seeds) x100.", ""]
+             "on gold labels only. Cells: median (mean ± std, seeds) x100; train s: wall seconds of one core, "
+             "measured while the machine's other core was busy with other runs, so compare them with care.", ""]
     for task, rep in reports.items():
         spec = get_task(task)
         lines += [f"## {spec.display_name or task} ({rep['metric']})", ""]
