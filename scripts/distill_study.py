@@ -41,6 +41,7 @@ import numpy as np
 
 from hf_multiencoder.data.tasks import get_task
 from hf_multiencoder.training.results import summarize
+from hf_multiencoder.training.selection import choose_epoch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MEMBERS = {"MiniLM": "sentence-transformers/all-MiniLM-L6-v2", "MPNet": "sentence-transformers/all-mpnet-base-v2"}
@@ -93,7 +94,7 @@ def build_frozen_teacher(task: str, folder: str, args) -> None:
 def teacher_report(folder: str, spec, heldout, dev, args) -> dict:
     """The teacher's held-out and dev scores and mean fusion weights (its logits cached beside its weights)."""
     from hf_multiencoder.training.distill import load_teacher, teacher_logits
-    from hf_multiencoder.training.selection import score_outputs
+    from hf_multiencoder.training.selection import prediction_arrays, score_outputs
 
     teacher, tokenizer = load_teacher(folder)
     out = {"folder": relpath(folder), "members": list(teacher.config.encoder_names), "fusion": teacher.config.fusion,
@@ -106,8 +107,8 @@ def teacher_report(folder: str, spec, heldout, dev, args) -> dict:
         logits = teacher_logits(teacher, tokenizer, list(ds["sentence1"]),
                                 list(ds["sentence2"]) if spec.is_pair else None, max_length=args.max_seq_length,
                                 cache_dir=os.path.join(folder, "teacher_cache"))
-        outputs = logits.reshape(-1) if spec.is_regression else _softmax(logits)
-        out[name] = score_outputs(spec, outputs, np.asarray(ds["label"]))
+        arrays = prediction_arrays(logits, np.asarray(ds["label"]), spec)
+        out[name] = score_outputs(spec, arrays["outputs"], arrays["labels"])
     if teacher.config.fusion in ("dme", "cdme"):
         weights = teacher.predict_with_fusion_weights(tokenizer, list(dev["sentence1"]),
                                                       list(dev["sentence2"]) if spec.is_pair else None,
@@ -115,11 +116,6 @@ def teacher_report(folder: str, spec, heldout, dev, args) -> dict:
         out["dev_fusion_weights"] = {
             n: float(np.mean([w[n] for w in weights["fusion_weights"]])) for n in out["members"]}
     return out
-
-
-def _softmax(logits: np.ndarray) -> np.ndarray:
-    z = np.exp(logits - logits.max(-1, keepdims=True))
-    return z / z.sum(-1, keepdims=True)
 
 
 # ---- one student run ------------------------------------------------------------------------------------------------
@@ -157,7 +153,7 @@ def run_student(task: str, seed: int, teacher: str, out_dir: str, args) -> None:
     seconds = time.time() - start
     epochs = [{split: score_outputs(spec, data["outputs"], data["labels"]) for split, data in sets.items()}
               for sets in callback.epochs]
-    chosen = 1 + int(np.argmax([e["heldout"] if np.isfinite(e["heldout"]) else -np.inf for e in epochs]))
+    chosen = choose_epoch([e["heldout"] for e in epochs])
     result = {"task": spec.name, "seed": seed, "teacher": relpath(teacher), "student": args.student,
               "temperature": args.temperature, "alpha": args.alpha, "train_seconds": round(seconds, 1),
               "train_loss": output.training_loss, "precision": precision,
@@ -175,9 +171,8 @@ def run_student(task: str, seed: int, teacher: str, out_dir: str, args) -> None:
 
 # ---- the report -----------------------------------------------------------------------------------------------------
 def chosen_dev(result: dict) -> float:
-    """The dev score at the epoch chosen on the held-out slice (the earliest on ties), as the sweep reports it."""
-    held = [e["heldout"] if np.isfinite(e["heldout"]) else -np.inf for e in result["epochs"]]
-    return result["epochs"][int(np.argmax(held))]["dev"]
+    """The dev score at the epoch chosen on the held-out slice, as the sweep reports it."""
+    return result["epochs"][choose_epoch([e["heldout"] for e in result["epochs"]]) - 1]["dev"]
 
 
 def read_seeds(folder: str, seeds) -> dict[int, dict]:

@@ -43,7 +43,7 @@ import numpy as np
 
 from hf_multiencoder.data.tasks import get_task
 from hf_multiencoder.training.results import summarize
-from hf_multiencoder.training.selection import ensemble, paired_bootstrap, score_outputs
+from hf_multiencoder.training.selection import choose_epoch, ensemble, paired_bootstrap, score_outputs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MEMBERS = {"MiniLM": "sentence-transformers/all-MiniLM-L6-v2", "MPNet": "sentence-transformers/all-mpnet-base-v2"}
@@ -293,10 +293,8 @@ def kept_arrays(arrays: dict, chosen: int) -> dict:
 
 
 def chosen_epoch(result: dict) -> int:
-    """The epoch (1-based) with the best held-out score; the earliest on ties. An undefined score (a correlation of
-    constant predictions is NaN) is never chosen over a defined one."""
-    scores = [e["heldout"] if np.isfinite(e["heldout"]) else -np.inf for e in result["epochs"]]
-    return 1 + int(np.argmax(scores))
+    """The epoch (1-based) chosen on the held-out slice (`choose_epoch`)."""
+    return choose_epoch([e["heldout"] for e in result["epochs"]])
 
 
 def finite(values) -> list[float]:

@@ -108,6 +108,12 @@ class EpochPredictions(TrainerCallback):
         return control
 
 
+def choose_epoch(heldout_scores: Sequence[float]) -> int:
+    """The epoch (1-based) with the best held-out score; the earliest on ties. An undefined score (a correlation of
+    constant predictions is NaN) is never chosen over a defined one."""
+    return 1 + int(np.argmax([s if np.isfinite(s) else -np.inf for s in heldout_scores]))
+
+
 def ensemble(outputs: Sequence[np.ndarray]) -> np.ndarray:
     """The ensemble of separately trained runs: the mean of their probabilities (the mean prediction for
     regression; word-level probabilities for token tasks)."""
@@ -141,4 +147,5 @@ def paired_bootstrap(spec: TaskSpec, pairs: Sequence[tuple[np.ndarray, np.ndarra
             "n_resamples": n_resamples}
 
 
-__all__ = ["EpochPredictions", "ensemble", "heldout_split", "paired_bootstrap", "prediction_arrays", "score_outputs"]
+__all__ = ["EpochPredictions", "choose_epoch", "ensemble", "heldout_split", "paired_bootstrap", "prediction_arrays",
+           "score_outputs"]
