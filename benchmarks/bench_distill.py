@@ -27,12 +27,13 @@ from hf_multiencoder import MultiEncoderForSequenceClassification, MultiEncoderT
 from hf_multiencoder.data.loading import load_task
 from hf_multiencoder.data.tasks import get_task
 from hf_multiencoder.testing_utils import build_tiny_encoders
+from hf_multiencoder.training.protocol import REAL_MEMBERS
 
 
 @dataclass
 class DistillBenchmarkArguments:
     teacher: str | None = field(default=None, metadata={"help": "Folder of a trained multi-encoder classifier."})
-    student: str = field(default="sentence-transformers/all-MiniLM-L6-v2",
+    student: str = field(default=REAL_MEMBERS["MiniLM"],
                          metadata={"help": "The student's checkpoint (or a distilled student's folder)."})
     tiny: bool = field(default=False, metadata={"help": "Tiny random members as teacher and student (smoke test)."})
     task: str = field(default="cola", metadata={"help": "A sentence-level task of the registry (its dev texts)."})

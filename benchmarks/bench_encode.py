@@ -28,15 +28,13 @@ from dataclasses import dataclass, field
 
 import torch
 import transformers
-from harness import REPO_ROOT, benchmark_main, environment, short_name, synthetic_split
+from harness import DEFAULT_MEMBERS, REPO_ROOT, benchmark_main, environment, short_name, synthetic_split
 from timing import cleanup, interleaved_median_ms
 from transformers import AutoModel, AutoTokenizer
 
 from hf_multiencoder import MultiEncoderModel, MultiEncoderTokenizer, load_task
 from hf_multiencoder.data.loading import local_path
 from hf_multiencoder.testing_utils import build_tiny_encoders
-
-DEFAULT_MEMBERS = ["sentence-transformers/all-MiniLM-L6-v2", "sentence-transformers/all-mpnet-base-v2"]
 
 
 @dataclass

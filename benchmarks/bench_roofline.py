@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import torch
 import transformers
-from harness import git_commit, save_results
+from harness import DEFAULT_MEMBERS, git_commit, save_results
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding, HfArgumentParser
 
@@ -59,7 +59,6 @@ from hf_multiencoder.testing_utils import build_tiny_encoders
 from hf_multiencoder.training.fast_path import auto_training_kwargs
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_MEMBERS = ["sentence-transformers/all-MiniLM-L6-v2", "sentence-transformers/all-mpnet-base-v2"]
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8")
 
 

@@ -37,9 +37,10 @@ from hf_multiencoder import (
 )
 from hf_multiencoder.data.loading import length_grouping_kwargs, local_path
 from hf_multiencoder.testing_utils import build_tiny_encoders
+from hf_multiencoder.training.protocol import REAL_MEMBERS
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_MEMBERS = ["sentence-transformers/all-MiniLM-L6-v2", "sentence-transformers/all-mpnet-base-v2"]
+DEFAULT_MEMBERS = list(REAL_MEMBERS.values())
 SYNTHETIC_WORDS = ("the a cat dog sat on mat he she can will go went left somebody just new york john smith paris "
                    "is was in of and to it likes runs quickly").split()
 

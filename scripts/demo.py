@@ -25,10 +25,11 @@ from transformers import AutoModelForSequenceClassification, pipeline
 
 from hf_multiencoder import load_task
 from hf_multiencoder.training.frozen import encode_task, train_head
+from hf_multiencoder.training.protocol import REAL_MEMBERS
 from hf_multiencoder.training.results import summarize
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENCODERS = {"MiniLM": "sentence-transformers/all-MiniLM-L6-v2", "MPNet": "sentence-transformers/all-mpnet-base-v2"}
+ENCODERS = REAL_MEMBERS
 ROWS = {  # the table's rows: (members, fusion)
     "MiniLM alone": (["MiniLM"], "concat"),
     "MPNet alone": (["MPNet"], "concat"),

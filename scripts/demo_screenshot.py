@@ -25,8 +25,10 @@ import sys
 import time
 import urllib.request
 
+from hf_multiencoder.training.protocol import REAL_MEMBERS
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENCODERS = {"MiniLM": "sentence-transformers/all-MiniLM-L6-v2", "MPNet": "sentence-transformers/all-mpnet-base-v2"}
+ENCODERS = REAL_MEMBERS
 
 
 def build_model(folder: str, max_train_samples: int, epochs: int) -> dict:

@@ -40,15 +40,12 @@ import time
 import numpy as np
 
 from hf_multiencoder.data.tasks import get_task
+from hf_multiencoder.training.protocol import FINE_TUNING, HELDOUT_FRACTION, REAL_MEMBERS, member_paths, study_splits
 from hf_multiencoder.training.results import summarize
 from hf_multiencoder.training.selection import choose_epoch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MEMBERS = {"MiniLM": "sentence-transformers/all-MiniLM-L6-v2", "MPNet": "sentence-transformers/all-mpnet-base-v2"}
-STUDENT = MEMBERS["MiniLM"]
-# the fine-tuned sweep's budget and held-out slice (scripts/glue_sweep.py states them)
-BUDGET = {"num_train_epochs": 3, "per_device_train_batch_size": 32, "learning_rate": 2e-5, "max_seq_length": 128}
-HELDOUT_FRACTION = 0.1
+STUDENT = REAL_MEMBERS["MiniLM"]
 BASELINE_ROWS = {"plain_MiniLM": "MiniLM alone, plain transformers (the same budget, gold labels only)",
                  "MiniLM": "MiniLM alone through the plugin (mean pooling)"}
 
@@ -57,25 +54,12 @@ def relpath(path: str) -> str:
     return os.path.relpath(os.path.abspath(path), REPO)
 
 
-def load_splits(task: str, args):
-    """The task's (train 90%, held-out 10%, dev) as the sweep splits them."""
-    from hf_multiencoder.data.loading import load_task
-    from hf_multiencoder.training.selection import heldout_split
-
-    raw, spec = load_task(task, data_dir=args.data_dir)
-    train, heldout = heldout_split(raw["train"], HELDOUT_FRACTION, seed=0)
-    dev = raw[spec.validation_splits[0]]
-    if args.max_samples:  # a quick check of the machinery, never a reported result
-        train, heldout, dev = (ds.select(range(min(args.max_samples, len(ds)))) for ds in (train, heldout, dev))
-    return spec, train, heldout, dev
-
-
 # ---- the teacher ----------------------------------------------------------------------------------------------------
 def build_frozen_teacher(task: str, folder: str, args) -> None:
     """Frozen members, a DME head on their last4 vectors (module docstring), saved to `folder`."""
     from hf_multiencoder.training.frozen import encode_task, train_head
 
-    names = list(MEMBERS)
+    names = list(REAL_MEMBERS)
     frozen = encode_task(task, [args.members[n] for n in names], encoder_names=names, poolings=["last4"],
                          max_length=args.max_seq_length, data_dir=args.data_dir,
                          cache_dir=os.path.join(os.path.dirname(os.path.abspath(folder)), "feature_cache"),
@@ -120,25 +104,20 @@ def teacher_report(folder: str, spec, heldout, dev, args) -> dict:
 
 # ---- one student run ------------------------------------------------------------------------------------------------
 def run_student(task: str, seed: int, teacher: str, out_dir: str, args) -> None:
+    import datasets
     import torch
-    from transformers import TrainingArguments, set_seed
+    from transformers import set_seed
 
     from hf_multiencoder.data.loading import tokenize_task
     from hf_multiencoder.training.distill import distillation_trainer
     from hf_multiencoder.training.fast_path import apply_fast_path
     from hf_multiencoder.training.selection import EpochPredictions, score_outputs
 
-    spec, train, heldout, dev = load_splits(task, args)
-    import datasets
-
+    splits, spec = study_splits(task, args.data_dir, max_samples=args.max_samples)
+    train, heldout, dev = splits["train"], splits["heldout"], splits["dev"]
     raw = datasets.DatasetDict({"train": train, spec.validation_splits[0]: dev})
     scratch = tempfile.mkdtemp(prefix="distill_study_")  # the student is not kept: the Trainer's folder goes
-    training_args = TrainingArguments(
-        output_dir=scratch, num_train_epochs=BUDGET["num_train_epochs"],
-        per_device_train_batch_size=BUDGET["per_device_train_batch_size"], per_device_eval_batch_size=128,
-        learning_rate=BUDGET["learning_rate"], weight_decay=0.01, warmup_steps=0.1, lr_scheduler_type="linear",
-        eval_strategy="no", save_strategy="no", logging_steps=50, report_to="none", seed=seed, disable_tqdm=True,
-        use_cpu=not torch.cuda.is_available())
+    training_args = FINE_TUNING.training_arguments(scratch, seed, use_cpu=not torch.cuda.is_available())
     precision = apply_fast_path(training_args, [], "auto")
     set_seed(seed)
     trainer, tokenized = distillation_trainer(
@@ -300,8 +279,8 @@ def write_report(args) -> dict:
             bench = json.load(f)
     os.makedirs(args.results, exist_ok=True)
     with open(os.path.join(args.results, "distill.json"), "w") as f:
-        json.dump({"protocol": {"budget": BUDGET, "heldout_fraction": HELDOUT_FRACTION, "student": STUDENT,
-                                "max_samples": args.max_samples}, "tasks": reports}, f, indent=1)
+        json.dump({"protocol": {"budget": FINE_TUNING.to_dict(), "heldout_fraction": HELDOUT_FRACTION,
+                                "student": STUDENT, "max_samples": args.max_samples}, "tasks": reports}, f, indent=1)
     with open(os.path.join(args.results, "distill.md"), "w") as f:
         f.write(markdown(reports, bench))
     return reports
@@ -319,7 +298,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--temperature", type=float, default=2.0)
     ap.add_argument("--alpha", type=float, default=0.5)
     ap.add_argument("--teacher_epochs", type=int, default=8)
-    ap.add_argument("--max_seq_length", type=int, default=BUDGET["max_seq_length"])
+    ap.add_argument("--max_seq_length", type=int, default=FINE_TUNING.max_seq_length)
     ap.add_argument("--member", action="append", default=[], help="NAME=PATH: load member NAME from PATH.")
     ap.add_argument("--data_dir", default=None)
     ap.add_argument("--runs_dir", default=os.path.join(REPO, "results", "distill_runs"))
@@ -330,12 +309,10 @@ def main(argv: list[str] | None = None) -> dict:
                     help="Use only the first N examples of each split: a quick check of the machinery, not a result.")
     ap.add_argument("--report_only", action="store_true")
     args = ap.parse_args(argv)
-    args.members = dict(MEMBERS)
-    for item in args.member:
-        name, sep, path = item.partition("=")
-        if not sep or name not in MEMBERS:
-            raise SystemExit(f"--member takes NAME=PATH with NAME one of {', '.join(MEMBERS)}; got {item!r}.")
-        args.members[name] = path
+    try:
+        args.members = member_paths(args.member)
+    except ValueError as error:
+        ap.error(str(error))
     if args.report_only:
         return write_report(args)
     spec = get_task(args.task)  # an unknown task fails here, naming the known ones
@@ -354,9 +331,9 @@ def main(argv: list[str] | None = None) -> dict:
     task_dir = os.path.join(args.runs_dir, spec.name, name)
     os.makedirs(task_dir, exist_ok=True)
     if not os.path.isfile(os.path.join(task_dir, "teacher.json")):
-        _, _, heldout, dev = load_splits(spec.name, args)
+        splits, _ = study_splits(spec.name, args.data_dir, max_samples=args.max_samples)
         with open(os.path.join(task_dir, "teacher.json"), "w") as f:
-            json.dump(teacher_report(teacher, spec, heldout, dev, args), f, indent=1)
+            json.dump(teacher_report(teacher, spec, splits["heldout"], splits["dev"], args), f, indent=1)
     for seed in args.seeds:
         out_dir = os.path.join(task_dir, f"seed_{seed}")
         if os.path.isfile(os.path.join(out_dir, "result.json")):

@@ -22,10 +22,11 @@ import torch
 
 from hf_multiencoder.data.tasks import get_task
 from hf_multiencoder.training.frozen import encode_task, train_head
+from hf_multiencoder.training.protocol import REAL_MEMBERS
 from hf_multiencoder.training.results import mean_by_key, summarize
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENCODERS = {"MiniLM": "sentence-transformers/all-MiniLM-L6-v2", "MPNet": "sentence-transformers/all-mpnet-base-v2"}
+ENCODERS = REAL_MEMBERS
 MODELS = {  # row -> (members, fusion, kind)
     "MiniLM": (["MiniLM"], "concat", "member"),
     "MPNet": (["MPNet"], "concat", "member"),

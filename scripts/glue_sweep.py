@@ -42,11 +42,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hf_multiencoder.data.tasks import get_task
+from hf_multiencoder.training.protocol import FINE_TUNING, HELDOUT_FRACTION, member_paths, study_splits
 from hf_multiencoder.training.results import summarize
 from hf_multiencoder.training.selection import choose_epoch, ensemble, paired_bootstrap, score_outputs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MEMBERS = {"MiniLM": "sentence-transformers/all-MiniLM-L6-v2", "MPNet": "sentence-transformers/all-mpnet-base-v2"}
 PAIR = ("MiniLM", "MPNet")
 GLUE = ("cola", "stsb", "mrpc", "rte")
 LEVER_TASKS = ("cola", "stsb")
@@ -55,8 +55,6 @@ REPORT_SPLIT = {"wnut17": "test"}
 # CoLA examples whose fusion weights the fine-tuned DME model reports.
 FUSION_EXAMPLES = ["He can will go", "Somebody just left.", "The more you read, the more you learn.",
                    "Him was seen by I."]
-HELDOUT_FRACTION = 0.1
-BUDGET = {"num_train_epochs": 3, "per_device_train_batch_size": 32, "learning_rate": 2e-5, "max_seq_length": 128}
 
 
 @dataclass(frozen=True)
@@ -103,25 +101,13 @@ def row_applies(row: str, task: str, seed_index: int) -> bool:
 
 
 # ---- one run (its own process) --------------------------------------------------------------------------------------
-def member_paths(args) -> dict[str, str]:
-    paths = dict(MEMBERS)
-    for item in args.member:
-        name, sep, path = item.partition("=")
-        if not sep or name not in MEMBERS:
-            raise SystemExit(f"--member takes NAME=PATH with NAME one of {', '.join(MEMBERS)}; got {item!r}.")
-        paths[name] = path
-    return paths
-
-
 def run_one(task: str, row_name: str, seed: int, args) -> None:
-    import datasets
     import torch
     from transformers import (
         AutoModelForSequenceClassification,
         AutoTokenizer,
         DataCollatorWithPadding,
         Trainer,
-        TrainingArguments,
         set_seed,
     )
 
@@ -131,21 +117,16 @@ def run_one(task: str, row_name: str, seed: int, args) -> None:
         MultiEncoderTokenizer,
     )
     from hf_multiencoder.data.data_collator import MultiEncoderDataCollator
-    from hf_multiencoder.data.loading import load_task, tokenize_task
+    from hf_multiencoder.data.loading import tokenize_task
     from hf_multiencoder.training.fast_path import apply_fast_path
     from hf_multiencoder.training.optimization import create_multiencoder_optimizer
     from hf_multiencoder.training.runs import check_finite_weights
-    from hf_multiencoder.training.selection import EpochPredictions, heldout_split
+    from hf_multiencoder.training.selection import EpochPredictions
 
     row = ROWS[row_name]
     out_dir = run_dir(args, task, row_name, seed)
-    raw, spec = load_task(task, data_dir=args.data_dir)
-    train, heldout = heldout_split(raw["train"], HELDOUT_FRACTION, seed=0)
-    report = REPORT_SPLIT.get(spec.name, spec.validation_splits[0])
-    raw = datasets.DatasetDict({"train": train, "heldout": heldout, "dev": raw[report]})
-    if args.max_samples:  # a quick check of the machinery, never a reported result
-        raw = datasets.DatasetDict({k: ds.select(range(min(args.max_samples, len(ds)))) for k, ds in raw.items()})
-    paths = member_paths(args)
+    raw, spec = study_splits(task, args.data_dir, REPORT_SPLIT.get(get_task(task).name), args.max_samples)
+    paths = member_paths(args.member)
     names = list(row.members)
     plain = row.kind == "plain"
     if plain:
@@ -155,12 +136,8 @@ def run_one(task: str, row_name: str, seed: int, args) -> None:
     tokenized = tokenize_task(raw, spec, tokenizer, max_length=args.max_seq_length, add_length=False)
 
     scratch = tempfile.mkdtemp(prefix="glue_sweep_")  # nothing is saved: the Trainer's folder is thrown away
-    training_args = TrainingArguments(
-        output_dir=scratch, num_train_epochs=row.epochs or BUDGET["num_train_epochs"],
-        per_device_train_batch_size=BUDGET["per_device_train_batch_size"], per_device_eval_batch_size=128,
-        learning_rate=BUDGET["learning_rate"], weight_decay=0.01, warmup_steps=0.1, lr_scheduler_type="linear",
-        eval_strategy="no", save_strategy="no", logging_steps=50, report_to="none", seed=seed, disable_tqdm=True,
-        use_cpu=args.device == "cpu")
+    training_args = FINE_TUNING.training_arguments(scratch, seed, num_train_epochs=row.epochs,
+                                                   use_cpu=args.device == "cpu")
     precision = apply_fast_path(training_args, [], args.fast_path)
     set_seed(seed)
     labels = {"num_labels": spec.num_labels}
@@ -395,13 +372,8 @@ def task_report(args, task: str) -> dict | None:
 def heldout_labels(args, task: str) -> dict | None:
     """The held-out slice's gold labels (and sentence lengths for token tasks), read from the data (the runs store
     only their outputs on it)."""
-    from hf_multiencoder.data.loading import load_task
-    from hf_multiencoder.training.selection import heldout_split
-
-    raw, spec = load_task(task, data_dir=args.data_dir)
-    _, heldout = heldout_split(raw["train"], HELDOUT_FRACTION, seed=0)
-    if args.max_samples:
-        heldout = heldout.select(range(min(args.max_samples, len(heldout))))
+    splits, spec = study_splits(task, args.data_dir, max_samples=args.max_samples)
+    heldout = splits["heldout"]
     if spec.kind == "token":
         return {"heldout_labels": np.concatenate([np.asarray(t) for t in heldout["ner_tags"]]),
                 "heldout_lengths": np.array([len(t) for t in heldout["ner_tags"]])}
@@ -470,7 +442,7 @@ def write_report(args) -> dict:
     reports = {t: r for t in args.tasks if (r := task_report(args, t))}
     os.makedirs(args.results, exist_ok=True)
     with open(os.path.join(args.results, "glue_finetuned.json"), "w") as f:
-        json.dump({"protocol": {"heldout_fraction": HELDOUT_FRACTION, **BUDGET,
+        json.dump({"protocol": {"heldout_fraction": HELDOUT_FRACTION, **FINE_TUNING.to_dict(),
                                 "max_seq_length": args.max_seq_length, "max_samples": args.max_samples,
                                 "seeds": args.seeds},
                    "tasks": reports}, f, indent=1)
@@ -495,7 +467,7 @@ def main(argv: list[str] | None = None):
                          "different days add up).")
     ap.add_argument("--results", default=os.path.join(REPO, "results"))
     ap.add_argument("--bootstrap", type=int, default=1000, help="Bootstrap resamples (0: none).")
-    ap.add_argument("--max_seq_length", type=int, default=BUDGET["max_seq_length"])
+    ap.add_argument("--max_seq_length", type=int, default=FINE_TUNING.max_seq_length)
     ap.add_argument("--report_only", action="store_true")
     ap.add_argument("--models_dir", default=None,
                     help="Also save each run's chosen-epoch model to MODELS_DIR/TASK/ROW/seed_N (e.g. a distillation "
@@ -514,7 +486,10 @@ def main(argv: list[str] | None = None):
         task, row, seed = args.job
         run_one(task, row, int(seed), args)
         return
-    member_paths(args)
+    try:
+        member_paths(args.member)
+    except ValueError as error:
+        ap.error(str(error))
     if not args.report_only:
         jobs = jobs_for(args)
         start = time.time()

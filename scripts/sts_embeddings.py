@@ -42,12 +42,13 @@ from hf_multiencoder import MultiEncoderModel, MultiEncoderTokenizer
 from hf_multiencoder.data.loading import local_path
 from hf_multiencoder.data.tasks import get_task
 from hf_multiencoder.models.embedding_multiencoder import normalized_concat
+from hf_multiencoder.training.protocol import REAL_MEMBERS
 from hf_multiencoder.training.results import format_summary, summarize
 from hf_multiencoder.training.sentence_embeddings import sts_pairs, sts_spearman
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SELECTION = "selection"  # the column of the selection set in the zero-shot rows
-DEFAULT_ENCODERS = ["sentence-transformers/all-MiniLM-L6-v2", "sentence-transformers/all-mpnet-base-v2"]
+DEFAULT_ENCODERS = list(REAL_MEMBERS.values())
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """scripts/glue_sweep.py (the fine-tuned protocol) on the CPU with tiny members and slices of real data: each run
 chooses its epoch on the held-out slice and stores its predictions, the report adds the ensemble of the separately
-tuned members and the comparisons, and a second call resumes without redoing finished runs."""
+tuned members and the comparisons, `--models_dir` keeps each chosen epoch's model, and a second call resumes without
+redoing finished runs."""
 
 import json
 import os
@@ -22,7 +23,7 @@ def sweep(run_script, tiny_paths, shared_data, tmp_path, *extra):
 @pytest.mark.slow  # a subprocess or a compile: run by `make test`, skipped by `make test-fast`
 def test_sweep_chooses_on_the_heldout_slice_reports_baselines_and_resumes(tiny_paths, shared_data, tmp_path,
                                                                          run_script):
-    out = sweep(run_script, tiny_paths, shared_data, tmp_path)
+    out = sweep(run_script, tiny_paths, shared_data, tmp_path, "--models_dir", tmp_path / "models")
     # plain transformers runs sequence tasks once (first seed); NER has no plain row
     assert out.count(": ok in ") == 3 * 2 * 2 + 1, out
     report = json.loads((tmp_path / "results" / "glue_finetuned.json").read_text())
@@ -59,6 +60,8 @@ def test_sweep_chooses_on_the_heldout_slice_reports_baselines_and_resumes(tiny_p
     md = (tmp_path / "results" / "glue_finetuned.md").read_text()
     assert "## cola (MCC)" in md and "## wnut17" in md and "not a result" in md and "Runs on: cpu (fp32)" in md
 
+    assert_kept_model_predicts_as_its_chosen_epoch(tmp_path, shared_data)
+
     # a cut-off run (no result.json) is rerun from the start; finished runs are skipped
     assert "Partial" not in md
     os.remove(tmp_path / "runs" / "cola" / "dme" / "seed_2" / "result.json")
@@ -76,8 +79,7 @@ def test_sweep_refuses_unknown_members_and_tasks(tmp_path, run_script):
     assert proc.returncode != 0 and "colaa" in proc.stderr
 
 
-@pytest.mark.slow
-def test_models_dir_keeps_the_chosen_epochs_weights(tiny_paths, shared_data, tmp_path, run_script):
+def assert_kept_model_predicts_as_its_chosen_epoch(tmp_path, shared_data):
     """--models_dir saves the epoch chosen on the held-out slice (a distillation teacher): reloaded, it predicts the
     dev set as that epoch did during training."""
     import torch
@@ -85,10 +87,6 @@ def test_models_dir_keeps_the_chosen_epochs_weights(tiny_paths, shared_data, tmp
     from hf_multiencoder import MultiEncoderForSequenceClassification, MultiEncoderTokenizer
     from hf_multiencoder.data.loading import load_task
 
-    run_script(SCRIPT, "--tasks", "cola", "--rows", "dme", "--seeds", 1, "--data_dir", shared_data, "--member",
-               f"MiniLM={tiny_paths[0]}", "--member", f"MPNet={tiny_paths[1]}", "--runs_dir", tmp_path / "runs",
-               "--results", tmp_path / "results", "--max_samples", 48, "--max_seq_length", 48, "--bootstrap", 0,
-               "--models_dir", tmp_path / "models", timeout=900, OMP_NUM_THREADS="1")
     run = json.loads((tmp_path / "runs" / "cola" / "dme" / "seed_1" / "result.json").read_text())
     chosen = 1 + int(np.argmax([e["heldout"] for e in run["epochs"]]))
     with np.load(tmp_path / "runs" / "cola" / "dme" / "seed_1" / "predictions.npz") as stored:

@@ -61,3 +61,30 @@ def test_ensemble_and_paired_bootstrap():
     direct = 100 * (score_outputs(spec, a, gold) - score_outputs(spec, b, gold))
     assert boot["mean"] == pytest.approx(direct)
     assert 0 < boot["low"] <= boot["mean"] <= boot["high"] and boot["p_a_not_better"] == 0.0
+
+
+def test_study_protocol_splits_budget_and_member_overrides(shared_data):
+    from hf_multiencoder.training.protocol import (
+        FINE_TUNING,
+        HELDOUT_FRACTION,
+        REAL_MEMBERS,
+        member_paths,
+        study_splits,
+    )
+
+    splits, spec = study_splits("rte", shared_data)
+    assert spec.name == "rte" and set(splits) == {"train", "heldout", "dev"}
+    n = len(splits["train"]) + len(splits["heldout"])
+    assert len(splits["heldout"]) == round(n * HELDOUT_FRACTION)
+    again, _ = study_splits("rte", shared_data)  # every row and seed of a study holds out the same examples
+    assert again["heldout"]["sentence1"] == splits["heldout"]["sentence1"]
+    assert study_splits("rte", shared_data, max_samples=5)[0]["dev"].num_rows == 5
+
+    args = FINE_TUNING.training_arguments("unused", seed=7, num_train_epochs=4, use_cpu=True)
+    assert (args.num_train_epochs, args.learning_rate, args.per_device_train_batch_size, args.seed) == (4, 2e-5, 32, 7)
+    assert FINE_TUNING.training_arguments("unused", seed=1).num_train_epochs == FINE_TUNING.num_train_epochs == 3
+
+    assert member_paths(["MPNet=/models/mpnet"]) == {**REAL_MEMBERS, "MPNet": "/models/mpnet"}
+    for bad in ("MPNet", "BERT=/x", "MPNet="):
+        with pytest.raises(ValueError, match="NAME=PATH with NAME one of MiniLM, MPNet"):
+            member_paths([bad])
