@@ -17,8 +17,10 @@ The protocol (docs/studies.md states it with the numbers):
   member rows' stored predictions, per seed, each member at its own chosen epoch.
 
 Each run is its own process writing `runs_dir/TASK/ROW/seed_N/` (default `results/glue_finetuned_runs/`, committed so
-that chunks add up): `result.json` (written last, so a run cut off is rerun from the start and a finished one skipped),
-`predictions.npz` (the chosen epoch's dev and held-out outputs) and `log.txt`.
+that chunks add up): `result.json` (written last, so a finished run is skipped), `predictions.npz` (the chosen epoch's
+dev and held-out outputs) and `log.txt`. A run cut off resumes from its last finished epoch: each epoch ends in a
+Trainer checkpoint, with the epochs' predictions so far, in `--checkpoints_dir` (default `outputs/sweep_checkpoints/`,
+git-ignored; removed when the run finishes; `--checkpoints_dir ''`: none, and a cut run restarts).
 `--models_dir DIR` also keeps each run's chosen-epoch model (`DIR/TASK/ROW/seed_N/`, a folder `from_pretrained` loads:
 a teacher for `run_distill.py`); by default no weights are kept. `--tasks/--rows/--seeds` run the sweep in chunks;
 `--report_only` writes the tables from what has finished:
@@ -40,6 +42,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
+from transformers import TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from hf_multiencoder.data.tasks import get_task
 from hf_multiencoder.training.protocol import FINE_TUNING, HELDOUT_FRACTION, member_paths, study_splits
@@ -135,9 +139,14 @@ def run_one(task: str, row_name: str, seed: int, args) -> None:
         tokenizer = MultiEncoderTokenizer.from_encoders([paths[n] for n in names], encoder_names=names)
     tokenized = tokenize_task(raw, spec, tokenizer, max_length=args.max_seq_length, add_length=False)
 
-    scratch = tempfile.mkdtemp(prefix="glue_sweep_")  # nothing is saved: the Trainer's folder is thrown away
-    training_args = FINE_TUNING.training_arguments(scratch, seed, num_train_epochs=row.epochs,
-                                                   use_cpu=args.device == "cpu")
+    # With --checkpoints_dir, each epoch ends in a checkpoint (with the epoch's predictions) that a killed run resumes
+    # from; without, nothing is saved and the Trainer's folder is thrown away.
+    checkpoints = checkpoint_dir(args, task, row_name, seed)
+    training_args = FINE_TUNING.training_arguments(
+        checkpoints or tempfile.mkdtemp(prefix="glue_sweep_"), seed, num_train_epochs=row.epochs,
+        use_cpu=args.device == "cpu", save_strategy="epoch" if checkpoints else "no",
+        # the chosen epoch's weights are read back from its checkpoint: keep them all when a model is kept
+        save_total_limit=None if args.models_dir else 1)
     precision = apply_fast_path(training_args, [], args.fast_path)
     set_seed(seed)
     labels = {"num_labels": spec.num_labels}
@@ -163,24 +172,30 @@ def run_one(task: str, row_name: str, seed: int, args) -> None:
             model, training_args, encoder_learning_rates=list(row.encoder_learning_rates or []) or None,
             head_learning_rate=row.head_learning_rate)
         optimizers, collator = (optimizer, None), MultiEncoderDataCollator(tokenizer, pad_to_multiple_of=pad)
-    snapshots = []  # with --models_dir: each epoch's weights (on the CPU), to save the chosen epoch's
+    snapshots = []  # with --models_dir and no checkpoints: each epoch's weights (on the CPU)
 
     def keep(epoch, arrays):
         snapshots.append({k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()})
 
     callback = EpochPredictions({"heldout": tokenized["heldout"], "dev": tokenized["dev"]}, spec,
                                 num_members=None if plain else len(names),
-                                on_epoch=keep if args.models_dir else None)
+                                on_epoch=keep if args.models_dir and not checkpoints else None)
+    clock = TrainingClock()
     trainer = Trainer(model=model, args=training_args, train_dataset=tokenized["train"], data_collator=collator,
-                      processing_class=tokenizer, optimizers=optimizers, callbacks=[callback])
+                      processing_class=tokenizer, optimizers=optimizers, callbacks=[callback, clock])
     callback.trainer = trainer
-    start = time.time()
-    train_output = trainer.train()
-    seconds = time.time() - start
+    resume = get_last_checkpoint(checkpoints) if checkpoints and os.path.isdir(checkpoints) else None
+    if resume:
+        callback.load(resume)
+        clock.load(resume)
+        print(f"Resuming from {resume} (epoch {len(callback.epochs)} done)", flush=True)
+    train_output = trainer.train(resume_from_checkpoint=resume)
+    seconds = clock.seconds()
     check_finite_weights(model, f"{task}/{row_name}/seed {seed}")  # a diverged run fails; it is never scored
 
     arrays, result = {}, {"task": spec.name, "row": row_name, "seed": seed, "members": names,
                           "train_seconds": round(seconds, 1), "train_loss": train_output.training_loss,
+                          "resumed_after_epochs": clock.resumed_after_epochs,
                           "precision": precision, "device": str(training_args.device),
                           "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
                           "sizes": {split: len(ds) for split, ds in raw.items()}, "epochs": []}
@@ -197,31 +212,80 @@ def run_one(task: str, row_name: str, seed: int, args) -> None:
         result["epochs"].append(entry)
     if spec.name == "cola" and row.fusion == "dme" and row.kind == "fused":
         result["fusion_examples"] = model.predict_with_fusion_weights(tokenizer, FUSION_EXAMPLES)
-    shutil.rmtree(scratch, ignore_errors=True)
-    if snapshots:
-        save_chosen_model(model, tokenizer, snapshots[chosen_epoch(result) - 1],
-                          os.path.join(args.models_dir, task, row_name, f"seed_{seed}"))
+    if args.models_dir:
+        chosen = chosen_epoch(result)
+        weights = snapshots[chosen - 1] if snapshots else os.path.join(
+            training_args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{callback.steps[chosen - 1]}")
+        save_chosen_model(model, tokenizer, weights, os.path.join(args.models_dir, task, row_name, f"seed_{seed}"))
     np.savez_compressed(os.path.join(out_dir, "predictions.npz"), **kept_arrays(arrays, chosen_epoch(result)))
     tmp = os.path.join(out_dir, "result.json.tmp")
     with open(tmp, "w") as f:
         json.dump(result, f, indent=1)
     os.replace(tmp, os.path.join(out_dir, "result.json"))
+    shutil.rmtree(training_args.output_dir, ignore_errors=True)  # the run is finished: its checkpoints go
 
 
-def save_chosen_model(model, tokenizer, state_dict: dict, path: str) -> None:
-    """Save the chosen epoch's weights as a loadable folder (a teacher for run_distill.py). A failure here is logged,
-    never fatal: the run's scores stand without the weights."""
+class TrainingClock(TrainerCallback):
+    """Training seconds across resumes: the seconds before a checkpoint are saved in it and added back on resume."""
+
+    FILE = "training_clock.json"
+
+    def __init__(self):
+        self.before, self.start, self.resumed_after_epochs = 0.0, None, 0
+
+    def seconds(self) -> float:
+        return self.before + (time.time() - self.start if self.start is not None else 0.0)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = time.time()
+
+    def on_save(self, args, state, control, **kwargs):
+        folder = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+        if os.path.isdir(folder):
+            with open(os.path.join(folder, self.FILE), "w") as f:
+                json.dump({"seconds": self.seconds(), "epoch": state.epoch}, f)
+
+    def load(self, checkpoint: str) -> None:
+        path = os.path.join(checkpoint, self.FILE)
+        if os.path.isfile(path):
+            with open(path) as f:
+                saved = json.load(f)
+            self.before, self.resumed_after_epochs = saved["seconds"], round(saved["epoch"])
+
+
+def save_chosen_model(model, tokenizer, weights: dict | str, path: str) -> None:
+    """Save the chosen epoch's weights (a state dict, or the checkpoint folder holding them) as a loadable folder (a
+    teacher for run_distill.py). A failure here is logged, never fatal: the run's scores stand without the weights."""
     try:
-        model.load_state_dict(state_dict)
+        if isinstance(weights, str):
+            weights = load_checkpoint_weights(weights)
+        model.load_state_dict(weights)
         model.save_pretrained(path)
         tokenizer.save_pretrained(path)
     except Exception as error:  # noqa: BLE001 - hours of training are not thrown away for a full disk
         logging.getLogger(__name__).error("The chosen epoch's weights were not saved to %s: %s", path, error)
 
 
+def load_checkpoint_weights(folder: str) -> dict:
+    """The model weights a Trainer checkpoint holds (one safetensors file or shards)."""
+    from safetensors.torch import load_file
+
+    files = sorted(f for f in os.listdir(folder) if f.startswith("model") and f.endswith(".safetensors"))
+    if not files:
+        raise FileNotFoundError(f"No model*.safetensors in {folder}.")
+    weights = {}
+    for name in files:
+        weights.update(load_file(os.path.join(folder, name)))
+    return weights
+
+
 # ---- the sweep ------------------------------------------------------------------------------------------------------
 def run_dir(args, task: str, row: str, seed: int) -> str:
     return os.path.join(args.runs_dir, task, row, f"seed_{seed}")
+
+
+def checkpoint_dir(args, task: str, row: str, seed: int) -> str | None:
+    return os.path.join(args.checkpoints_dir, task, row, f"seed_{seed}") if args.checkpoints_dir else None
 
 
 def launch(job, args) -> str:
@@ -232,12 +296,12 @@ def launch(job, args) -> str:
     os.makedirs(out_dir, exist_ok=True)
     cmd = [sys.executable, os.path.abspath(__file__), "--job", task, row, str(seed), "--runs_dir", args.runs_dir,
            "--fast_path", args.fast_path, "--device", args.device,
-           "--max_seq_length", str(args.max_seq_length),
+           "--max_seq_length", str(args.max_seq_length), "--checkpoints_dir", args.checkpoints_dir,
            *(["--models_dir", args.models_dir] if args.models_dir else []),
            *(["--max_samples", str(args.max_samples)] if args.max_samples else []),
            *(["--data_dir", args.data_dir] if args.data_dir else []), *[f"--member={m}" for m in args.member]]
     start = time.time()
-    with open(os.path.join(out_dir, "log.txt"), "w") as log:
+    with open(os.path.join(out_dir, "log.txt"), "a") as log:  # a resumed run's log goes on
         rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO).returncode
     status = "ok" if rc == 0 else f"FAILED (exit {rc}; see {os.path.join(out_dir, 'log.txt')})"
     return f"{task}/{row}/seed {seed}: {status} in {time.time() - start:.0f}s"
@@ -472,11 +536,16 @@ def main(argv: list[str] | None = None):
     ap.add_argument("--models_dir", default=None,
                     help="Also save each run's chosen-epoch model to MODELS_DIR/TASK/ROW/seed_N (e.g. a distillation "
                          "teacher); by default nothing is saved. Weights are large: keep this folder out of git.")
+    ap.add_argument("--checkpoints_dir", default=os.path.join(REPO, "outputs", "sweep_checkpoints"),
+                    help="Where each unfinished run keeps its last epoch's checkpoint (git-ignored), so that a killed "
+                         "run resumes from its last finished epoch; removed when the run finishes. '' : no "
+                         "checkpoints (a killed run restarts from the start).")
     ap.add_argument("--max_samples", type=int, default=None,
                     help="Use only the first N examples of each split: a quick check of the machinery, not a result.")
     ap.add_argument("--job", nargs=3, metavar=("TASK", "ROW", "SEED"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.runs_dir = os.path.abspath(args.runs_dir)
+    args.checkpoints_dir = os.path.abspath(args.checkpoints_dir) if args.checkpoints_dir else ""
     if args.models_dir:
         args.models_dir = os.path.abspath(args.models_dir)
     for task in args.tasks:

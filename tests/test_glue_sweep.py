@@ -3,8 +3,13 @@ chooses its epoch on the held-out slice and stores its predictions, the report a
 tuned members and the comparisons, `--models_dir` keeps each chosen epoch's model, and a second call resumes without
 redoing finished runs."""
 
+import glob
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -17,7 +22,8 @@ def sweep(run_script, tiny_paths, shared_data, tmp_path, *extra):
                       "--seeds", 1, 2, "--workers", 2, "--data_dir", shared_data, "--member",
                       f"MiniLM={tiny_paths[0]}", "--member", f"MPNet={tiny_paths[1]}", "--runs_dir", tmp_path / "runs",
                       "--results", tmp_path / "results", "--max_samples", 48, "--max_seq_length", 48,
-                      "--bootstrap", 20, *extra, timeout=900, OMP_NUM_THREADS="1").stdout
+                      "--bootstrap", 20, "--checkpoints_dir", tmp_path / "checkpoints", *extra,
+                      timeout=900, OMP_NUM_THREADS="1").stdout
 
 
 @pytest.mark.slow  # a subprocess or a compile: run by `make test`, skipped by `make test-fast`
@@ -70,6 +76,41 @@ def test_sweep_chooses_on_the_heldout_slice_reports_baselines_and_resumes(tiny_p
     again = sweep(run_script, tiny_paths, shared_data, tmp_path)
     assert again.count(": ok in ") == 1 and again.count("skip ") == 12, again
     assert "cola/dme/seed 2: ok" in again
+
+
+@pytest.mark.slow
+def test_a_killed_run_resumes_from_its_last_finished_epoch(tiny_paths, shared_data, tmp_path, run_script):
+    """Killed after its first epoch's checkpoint, a run resumes there: its epochs' scores are those of the same run
+    never stopped, and its checkpoints are removed once it finishes."""
+    common = ["--tasks", "cola", "--rows", "dme", "--seeds", "1", "--data_dir", shared_data, "--member",
+              f"MiniLM={tiny_paths[0]}", "--member", f"MPNet={tiny_paths[1]}", "--results", tmp_path / "results",
+              "--max_samples", "96", "--max_seq_length", "48", "--bootstrap", "0"]
+    run_script(SCRIPT, *common, "--runs_dir", tmp_path / "whole", "--checkpoints_dir", tmp_path / "ck_whole",
+               timeout=900, OMP_NUM_THREADS="1")
+    whole = json.loads((tmp_path / "whole" / "cola" / "dme" / "seed_1" / "result.json").read_text())
+    assert whole["resumed_after_epochs"] == 0
+    assert not os.path.exists(tmp_path / "ck_whole" / "cola" / "dme" / "seed_1")  # finished: no checkpoint left
+
+    cut = [*common, "--runs_dir", tmp_path / "cut", "--checkpoints_dir", tmp_path / "ck"]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([sys.executable, SCRIPT, *map(str, cut)], cwd=os.path.dirname(os.path.dirname(__file__)),
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    pattern = str(tmp_path / "ck" / "cola" / "dme" / "seed_1" / "checkpoint-*" / "training_clock.json")
+    deadline = time.time() + 600
+    while not glob.glob(pattern) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its run, as a lost session would
+    proc.wait()
+    run_folder = tmp_path / "cut" / "cola" / "dme" / "seed_1"
+    assert glob.glob(pattern) and not (run_folder / "result.json").exists(), "the run was not cut after an epoch"
+
+    out = run_script(SCRIPT, *cut, timeout=900, OMP_NUM_THREADS="1").stdout
+    assert "cola/dme/seed 1: ok" in out and "Resuming from" in (run_folder / "log.txt").read_text()
+    resumed = json.loads((run_folder / "result.json").read_text())
+    assert resumed["resumed_after_epochs"] >= 1 and len(resumed["epochs"]) == len(whole["epochs"]) == 3
+    for a, b in zip(resumed["epochs"], whole["epochs"]):
+        assert a["heldout"] == pytest.approx(b["heldout"], abs=1e-5) and a["dev"] == pytest.approx(b["dev"], abs=1e-5)
+    assert not os.path.exists(tmp_path / "ck" / "cola" / "dme" / "seed_1")  # finished: its checkpoints are gone
 
 
 def test_sweep_refuses_unknown_members_and_tasks(tmp_path, run_script):

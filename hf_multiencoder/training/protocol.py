@@ -34,17 +34,19 @@ class FineTuningBudget:
         return asdict(self)
 
     def training_arguments(self, output_dir: str, seed: int, num_train_epochs: int | None = None,
-                           use_cpu: bool = False):
-        """`TrainingArguments` for one run (`num_train_epochs` overrides the budget's, for a row given more)."""
+                           use_cpu: bool = False, **overrides):
+        """`TrainingArguments` for one run (`num_train_epochs` overrides the budget's, for a row given more; other
+        keywords, e.g. `save_strategy="epoch"` for a run that resumes, override the defaults)."""
         from transformers import TrainingArguments
 
-        return TrainingArguments(
+        kwargs = dict(
             output_dir=output_dir, num_train_epochs=num_train_epochs or self.num_train_epochs,
             per_device_train_batch_size=self.per_device_train_batch_size,
             per_device_eval_batch_size=self.per_device_eval_batch_size, learning_rate=self.learning_rate,
             weight_decay=self.weight_decay, warmup_steps=self.warmup_ratio, lr_scheduler_type="linear",
             eval_strategy="no", save_strategy="no", logging_steps=50, report_to="none", seed=seed, disable_tqdm=True,
             use_cpu=use_cpu)
+        return TrainingArguments(**{**kwargs, **overrides})
 
 
 FINE_TUNING = FineTuningBudget()

@@ -9,10 +9,12 @@ predictions, without training again. Training-side code: not shipped with the we
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 from transformers import TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..data.tasks import TaskSpec
 from .metrics import _split_outputs, compute_task_metrics, main_metric_value
@@ -86,13 +88,21 @@ def score_outputs(spec: TaskSpec, outputs: np.ndarray, labels: np.ndarray, lengt
 
 class EpochPredictions(TrainerCallback):
     """After every epoch, predict each named dataset and keep `prediction_arrays` of it (in `self.epochs`, one dict
-    `{name: arrays}` per epoch). Give it the trainer once built: `callback.trainer = trainer`."""
+    `{name: arrays}` per epoch; `self.steps`: the global step each epoch ended at). Give it the trainer once built:
+    `callback.trainer = trainer`.
+
+    When the Trainer saves a checkpoint, the predictions so far are saved in it ([`PREDICTIONS_FILE`]); a run resumed
+    from that checkpoint calls `callback.load(checkpoint)` first, and goes on as if it had never stopped.
+    """
+
+    PREDICTIONS_FILE = "epoch_predictions.npz"
 
     def __init__(self, datasets: Mapping[str, object], spec: TaskSpec, num_members: int | None = None,
                  on_epoch: Callable[[int, dict], None] | None = None):
         self.datasets, self.spec, self.num_members, self.on_epoch = dict(datasets), spec, num_members, on_epoch
         self.trainer = None
         self.epochs: list[dict] = []
+        self.steps: list[int] = []
 
     def on_epoch_end(self, args, state, control, **kwargs):
         if self.trainer is None:
@@ -103,9 +113,33 @@ class EpochPredictions(TrainerCallback):
             out = self.trainer.predict(dataset, metric_key_prefix=name)
             arrays[name] = prediction_arrays(out.predictions, out.label_ids, self.spec, self.num_members)
         self.epochs.append(arrays)
+        self.steps.append(state.global_step)
         if self.on_epoch is not None:
             self.on_epoch(len(self.epochs), arrays)
         return control
+
+    def on_save(self, args, state, control, **kwargs):
+        folder = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+        if state.is_world_process_zero and os.path.isdir(folder):
+            flat = {f"{epoch}.{name}.{key}": value for epoch, sets in enumerate(self.epochs, start=1)
+                    for name, arrays in sets.items() for key, value in arrays.items()}
+            np.savez(os.path.join(folder, self.PREDICTIONS_FILE), steps=np.asarray(self.steps, dtype=np.int64), **flat)
+        return control
+
+    def load(self, checkpoint: str) -> None:
+        """The predictions of the epochs before `checkpoint` (saved in it by `on_save`)."""
+        path = os.path.join(checkpoint, self.PREDICTIONS_FILE)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{checkpoint} holds no {self.PREDICTIONS_FILE}: it was not saved by a run with "
+                                    f"EpochPredictions, so its earlier epochs' predictions are lost; start the run "
+                                    f"again without resuming.")
+        with np.load(path) as stored:
+            self.steps = [int(s) for s in stored["steps"]]
+            self.epochs = [{} for _ in self.steps]
+            for key in stored.files:
+                if key != "steps":
+                    epoch, name, field = key.split(".", 2)
+                    self.epochs[int(epoch) - 1].setdefault(name, {})[field] = stored[key]
 
 
 def choose_epoch(heldout_scores: Sequence[float]) -> int:
