@@ -332,8 +332,9 @@ def main(argv: list[str] | None = None) -> dict:
     os.makedirs(task_dir, exist_ok=True)
     if not os.path.isfile(os.path.join(task_dir, "teacher.json")):
         splits, _ = study_splits(spec.name, args.data_dir, max_samples=args.max_samples)
+        report = teacher_report(teacher, spec, splits["heldout"], splits["dev"], args)  # before the file exists
         with open(os.path.join(task_dir, "teacher.json"), "w") as f:
-            json.dump(teacher_report(teacher, spec, splits["heldout"], splits["dev"], args), f, indent=1)
+            json.dump(report, f, indent=1)
     for seed in args.seeds:
         out_dir = os.path.join(task_dir, f"seed_{seed}")
         if os.path.isfile(os.path.join(out_dir, "result.json")):
