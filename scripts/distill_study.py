@@ -77,6 +77,7 @@ def build_frozen_teacher(task: str, folder: str, args) -> None:
 
 def teacher_report(folder: str, spec, heldout, dev, args) -> dict:
     """The teacher's held-out and dev scores and mean fusion weights (its logits cached beside its weights)."""
+    from hf_multiencoder import mean_fusion_weights
     from hf_multiencoder.training.distill import load_teacher, teacher_logits
     from hf_multiencoder.training.selection import prediction_arrays, score_outputs
 
@@ -88,17 +89,14 @@ def teacher_report(folder: str, spec, heldout, dev, args) -> dict:
         with open(info) as f:
             out["training"] = json.load(f)
     for name, ds in (("heldout", heldout), ("dev", dev)):
-        logits = teacher_logits(teacher, tokenizer, list(ds["sentence1"]),
-                                list(ds["sentence2"]) if spec.is_pair else None, max_length=args.max_seq_length,
-                                cache_dir=os.path.join(folder, "teacher_cache"))
+        logits, weights = teacher_logits(teacher, tokenizer, list(ds["sentence1"]),
+                                         list(ds["sentence2"]) if spec.is_pair else None,
+                                         max_length=args.max_seq_length, return_fusion_weights=True,
+                                         cache_dir=os.path.join(folder, "teacher_cache"))
         arrays = prediction_arrays(logits, np.asarray(ds["label"]), spec)
         out[name] = score_outputs(spec, arrays["outputs"], arrays["labels"])
-    if teacher.config.fusion in ("dme", "cdme"):
-        weights = teacher.predict_with_fusion_weights(tokenizer, list(dev["sentence1"]),
-                                                      list(dev["sentence2"]) if spec.is_pair else None,
-                                                      max_length=args.max_seq_length)
-        out["dev_fusion_weights"] = {
-            n: float(np.mean([w[n] for w in weights["fusion_weights"]])) for n in out["members"]}
+        if name == "dev" and weights is not None:
+            out["dev_fusion_weights"] = mean_fusion_weights(weights, out["members"])
     return out
 
 

@@ -63,14 +63,18 @@ def test_distillation_loss_mixes_soft_and_hard_targets():
 def test_teacher_logits_are_computed_once_and_cached(teacher_folder, tmp_path):
     teacher = MultiEncoderForSequenceClassification.from_pretrained(teacher_folder).eval()
     tokenizer = MultiEncoderTokenizer.from_pretrained(teacher_folder)
-    logits = teacher_logits(teacher, tokenizer, SENTENCES, batch_size=3, cache_dir=str(tmp_path))
+    logits, weights = teacher_logits(teacher, tokenizer, SENTENCES, batch_size=3, cache_dir=str(tmp_path),
+                                     return_fusion_weights=True)
     with torch.no_grad():  # batched by length, returned in input order
-        expected = teacher(**tokenizer(SENTENCES, padding=True, truncation=True, return_tensors="pt")).logits
-    assert logits == pytest.approx(expected.numpy(), abs=1e-4)
+        expected = teacher(**tokenizer(SENTENCES, padding=True, truncation=True, return_tensors="pt"))
+    assert logits == pytest.approx(expected.logits.numpy(), abs=1e-4)
+    assert weights == pytest.approx(expected.fusion_weights.numpy(), abs=1e-4)  # the DME weights, the same pass
     assert len(list(tmp_path.glob("teacher_logits_*.npy"))) == 1
     teacher.forward = None  # a second call must not run the teacher
     again = teacher_logits(teacher, tokenizer, SENTENCES, batch_size=3, cache_dir=str(tmp_path))
     assert (again == logits).all()
+    assert (teacher_logits(teacher, tokenizer, SENTENCES, cache_dir=str(tmp_path), return_fusion_weights=True)[1]
+            == weights).all()
     with pytest.raises(TypeError):  # other texts are not served from the cache
         teacher_logits(teacher, tokenizer, SENTENCES[:2], cache_dir=str(tmp_path))
 

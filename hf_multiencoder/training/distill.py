@@ -29,6 +29,7 @@ from ..models.modeling_multiencoder import MultiEncoderForSequenceClassification
 logger = logging.getLogger(__name__)
 
 TEACHER_COLUMN = "teacher_logits"
+WEIGHTS_FILE = "teacher_fusion_weights"
 
 
 def texts_fingerprint(texts: list[str], text_pairs: list[str] | None, teacher_id: str, max_length: int | None) -> str:
@@ -52,39 +53,49 @@ def _teacher_id(teacher) -> str:
 @torch.inference_mode()
 def teacher_logits(teacher: MultiEncoderForSequenceClassification, tokenizer, texts: list[str],
                    text_pairs: list[str] | None = None, batch_size: int = 64, max_length: int | None = 128,
-                   cache_dir: str | None = None) -> np.ndarray:
+                   cache_dir: str | None = None, return_fusion_weights: bool = False):
     """The teacher's logits `(len(texts), num_labels)`, from `cache_dir` when they were computed before for the same
-    teacher, texts and `max_length`."""
+    teacher, texts and `max_length`. With `return_fusion_weights`, `(logits, weights)`: each text's fusion weights
+    `(len(texts), num_members)` from the same pass (None for a fusion without weights), cached beside the logits."""
     if not isinstance(teacher, MultiEncoderForSequenceClassification):
         raise ValueError(f"The teacher must be a trained MultiEncoderForSequenceClassification, got "
                          f"{type(teacher).__name__} (token-classification teachers are not distilled yet).")
-    path = None
+    paths = None
     if cache_dir is not None:
         key = texts_fingerprint(texts, text_pairs, _teacher_id(teacher), max_length)
-        path = os.path.join(cache_dir, f"{TEACHER_COLUMN}_{key}.npy")
-        if os.path.isfile(path):
-            cached = np.load(path)
-            if cached.shape[0] == len(texts):
-                logger.info(f"Teacher logits from {path}")
-                return cached
+        paths = {name: os.path.join(cache_dir, f"{name}_{key}.npy") for name in (TEACHER_COLUMN, WEIGHTS_FILE)}
+        cached = {name: np.load(path) for name, path in paths.items() if os.path.isfile(path)}
+        if TEACHER_COLUMN in cached and cached[TEACHER_COLUMN].shape[0] == len(texts) and (
+                not return_fusion_weights or WEIGHTS_FILE in cached or not teacher.base_model.fusion.has_weights):
+            logger.info(f"Teacher logits from {paths[TEACHER_COLUMN]}")
+            logits = cached[TEACHER_COLUMN]
+            return (logits, cached.get(WEIGHTS_FILE)) if return_fusion_weights else logits
     was_training = teacher.training
     teacher.eval()
     device = next(teacher.parameters()).device
     lengths = teacher.base_model.member_max_lengths(max_length)
     order = np.argsort([-len(t) - (len(text_pairs[i]) if text_pairs else 0) for i, t in enumerate(texts)])
     out = np.zeros((len(texts), teacher.config.num_labels), dtype=np.float32)
+    weights = None
     for start in range(0, len(texts), batch_size):
         rows = order[start:start + batch_size]  # similar lengths together: less padding
         enc = tokenizer([texts[i] for i in rows], text_pair=[text_pairs[i] for i in rows] if text_pairs else None,
                         padding=True, truncation=True, max_length=lengths, return_tensors="pt").to(device)
-        out[rows] = teacher(**enc).logits.float().cpu().numpy()
+        result = teacher(**enc)
+        out[rows] = result.logits.float().cpu().numpy()
+        if result.fusion_weights is not None:
+            if weights is None:
+                weights = np.zeros((len(texts), result.fusion_weights.shape[-1]), dtype=np.float32)
+            weights[rows] = result.fusion_weights.float().cpu().numpy()
     teacher.train(was_training)
-    if path is not None:
+    if paths is not None:
         os.makedirs(cache_dir, exist_ok=True)
-        tmp = path + ".partial.npy"
-        np.save(tmp, out)
-        os.replace(tmp, path)  # a killed run never leaves a half-written cache
-    return out
+        for name, array in ((WEIGHTS_FILE, weights), (TEACHER_COLUMN, out)):  # the logits last: they mark it done
+            if array is not None:
+                tmp = paths[name] + ".partial.npy"
+                np.save(tmp, array)
+                os.replace(tmp, paths[name])  # a killed run never leaves a half-written cache
+    return (out, weights) if return_fusion_weights else out
 
 
 def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, labels: torch.Tensor | None,
