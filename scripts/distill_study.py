@@ -237,8 +237,15 @@ def markdown(reports: dict, bench: dict | None) -> str:
         lines.append("")
         for name, entry in rep["teachers"].items():
             vs = entry.get("vs_member")
-            if not vs:
+            member = rep["baselines"].get("plain_MiniLM")
+            if not vs and member and entry["teacher_dev"] <= member["dev"]["median"]:
+                lines.append(f"Teacher `{name}` scores {entry['teacher_dev']:.1f}, not above the member alone "
+                             f"({member['dev']['median']:.1f}, median of {member['dev']['n']} seed(s)): it has no "
+                             f"gain over the member to pass on"
+                             + (", and no student was trained from it." if not entry["seeds"] else "."))
+            elif not vs:
                 lines.append(f"Teacher `{name}`: no student run has finished against a finished member run yet.")
+            if not vs:
                 continue
             per_seed = ", ".join(f"seed {s}: {d:+.1f}" for s, d in vs["per_seed"].items())
             share = vs["share_of_gain_recovered"]

@@ -17,13 +17,33 @@ import pytest
 SCRIPT = "scripts/glue_sweep.py"
 
 
+def sweep_args(tiny_paths, shared_data, tmp_path, *extra) -> list[str]:
+    return [str(a) for a in ("--tasks", "cola", "wnut17", "--rows", "MiniLM", "MPNet", "dme", "plain_MiniLM",
+                             "--seeds", 1, 2, "--workers", 2, "--data_dir", shared_data, "--member",
+                             f"MiniLM={tiny_paths[0]}", "--member", f"MPNet={tiny_paths[1]}", "--runs_dir",
+                             tmp_path / "runs", "--results", tmp_path / "results", "--max_samples", 48,
+                             "--max_seq_length", 48, "--bootstrap", 20, "--checkpoints_dir", tmp_path / "checkpoints",
+                             *extra)]
+
+
 def sweep(run_script, tiny_paths, shared_data, tmp_path, *extra):
-    return run_script(SCRIPT, "--tasks", "cola", "wnut17", "--rows", "MiniLM", "MPNet", "dme", "plain_MiniLM",
-                      "--seeds", 1, 2, "--workers", 2, "--data_dir", shared_data, "--member",
-                      f"MiniLM={tiny_paths[0]}", "--member", f"MPNet={tiny_paths[1]}", "--runs_dir", tmp_path / "runs",
-                      "--results", tmp_path / "results", "--max_samples", 48, "--max_seq_length", 48,
-                      "--bootstrap", 20, "--checkpoints_dir", tmp_path / "checkpoints", *extra,
-                      timeout=900, OMP_NUM_THREADS="1").stdout
+    return run_script(SCRIPT, *sweep_args(tiny_paths, shared_data, tmp_path, *extra), timeout=900,
+                      OMP_NUM_THREADS="1").stdout
+
+
+def kill_after_first_checkpoint(args: list[str], checkpoints) -> None:
+    """Run the sweep and kill it (its whole process group, as a lost session would) once a run has saved its first
+    epoch's checkpoint."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([sys.executable, SCRIPT, *args], cwd=os.path.dirname(os.path.dirname(__file__)), env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    pattern = str(checkpoints / "checkpoint-*" / "training_clock.json")  # written last, after the predictions
+    deadline = time.time() + 600
+    while not glob.glob(pattern) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert glob.glob(pattern), "the run saved no checkpoint before it ended"
 
 
 @pytest.mark.slow  # a subprocess or a compile: run by `make test`, skipped by `make test-fast`
@@ -68,49 +88,27 @@ def test_sweep_chooses_on_the_heldout_slice_reports_baselines_and_resumes(tiny_p
 
     assert_kept_model_predicts_as_its_chosen_epoch(tmp_path, shared_data)
 
-    # a cut-off run (no result.json) is rerun from the start; finished runs are skipped
+    assert not any((tmp_path / "checkpoints").rglob("checkpoint-*"))  # finished runs leave no checkpoint
+
+    # a run cut off (no result.json) resumes from its last finished epoch; finished runs are skipped
     assert "Partial" not in md
-    os.remove(tmp_path / "runs" / "cola" / "dme" / "seed_2" / "result.json")
+    seed_2 = tmp_path / "runs" / "cola" / "dme" / "seed_2"
+    whole = json.loads((seed_2 / "result.json").read_text())
+    assert whole["resumed_after_epochs"] == 0 and len(whole["epochs"]) == 3
+    os.remove(seed_2 / "result.json")
     sweep(run_script, tiny_paths, shared_data, tmp_path, "--report_only")  # what has finished, said to be partial
     assert "**Partial: 12 of the 13 runs" in (tmp_path / "results" / "glue_finetuned.md").read_text()
+    kill_after_first_checkpoint(sweep_args(tiny_paths, shared_data, tmp_path),
+                                tmp_path / "checkpoints" / "cola" / "dme" / "seed_2")
+    assert not (seed_2 / "result.json").exists(), "the run finished before it could be cut"
     again = sweep(run_script, tiny_paths, shared_data, tmp_path)
     assert again.count(": ok in ") == 1 and again.count("skip ") == 12, again
-    assert "cola/dme/seed 2: ok" in again
-
-
-@pytest.mark.slow
-def test_a_killed_run_resumes_from_its_last_finished_epoch(tiny_paths, shared_data, tmp_path, run_script):
-    """Killed after its first epoch's checkpoint, a run resumes there: its epochs' scores are those of the same run
-    never stopped, and its checkpoints are removed once it finishes."""
-    common = ["--tasks", "cola", "--rows", "dme", "--seeds", "1", "--data_dir", shared_data, "--member",
-              f"MiniLM={tiny_paths[0]}", "--member", f"MPNet={tiny_paths[1]}", "--results", tmp_path / "results",
-              "--max_samples", "96", "--max_seq_length", "48", "--bootstrap", "0"]
-    run_script(SCRIPT, *common, "--runs_dir", tmp_path / "whole", "--checkpoints_dir", tmp_path / "ck_whole",
-               timeout=900, OMP_NUM_THREADS="1")
-    whole = json.loads((tmp_path / "whole" / "cola" / "dme" / "seed_1" / "result.json").read_text())
-    assert whole["resumed_after_epochs"] == 0
-    assert not os.path.exists(tmp_path / "ck_whole" / "cola" / "dme" / "seed_1")  # finished: no checkpoint left
-
-    cut = [*common, "--runs_dir", tmp_path / "cut", "--checkpoints_dir", tmp_path / "ck"]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", OMP_NUM_THREADS="1")
-    proc = subprocess.Popen([sys.executable, SCRIPT, *map(str, cut)], cwd=os.path.dirname(os.path.dirname(__file__)),
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    pattern = str(tmp_path / "ck" / "cola" / "dme" / "seed_1" / "checkpoint-*" / "training_clock.json")
-    deadline = time.time() + 600
-    while not glob.glob(pattern) and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its run, as a lost session would
-    proc.wait()
-    run_folder = tmp_path / "cut" / "cola" / "dme" / "seed_1"
-    assert glob.glob(pattern) and not (run_folder / "result.json").exists(), "the run was not cut after an epoch"
-
-    out = run_script(SCRIPT, *cut, timeout=900, OMP_NUM_THREADS="1").stdout
-    assert "cola/dme/seed 1: ok" in out and "Resuming from" in (run_folder / "log.txt").read_text()
-    resumed = json.loads((run_folder / "result.json").read_text())
-    assert resumed["resumed_after_epochs"] >= 1 and len(resumed["epochs"]) == len(whole["epochs"]) == 3
-    for a, b in zip(resumed["epochs"], whole["epochs"]):
+    assert "cola/dme/seed 2: ok" in again and "Resuming from" in (seed_2 / "log.txt").read_text()
+    resumed = json.loads((seed_2 / "result.json").read_text())
+    assert resumed["resumed_after_epochs"] >= 1 and len(resumed["epochs"]) == 3
+    for a, b in zip(resumed["epochs"], whole["epochs"]):  # as if it had never stopped
         assert a["heldout"] == pytest.approx(b["heldout"], abs=1e-5) and a["dev"] == pytest.approx(b["dev"], abs=1e-5)
-    assert not os.path.exists(tmp_path / "ck" / "cola" / "dme" / "seed_1")  # finished: its checkpoints are gone
+    assert not (tmp_path / "checkpoints" / "cola" / "dme" / "seed_2").exists()  # finished: its checkpoints are gone
 
 
 def test_sweep_refuses_unknown_members_and_tasks(tmp_path, run_script):
