@@ -32,6 +32,7 @@ import torch
 from harness import (  # the shared benchmark machinery
     BenchmarkArguments,
     Entry,
+    build_random_members,
     build_tiny_members,
     environment,
     evaluate_and_time,
@@ -68,7 +69,12 @@ from hf_multiencoder.data.feature_cache import CachedFeaturesCollator, add_membe
 
 def run(args: BenchmarkArguments) -> dict:
     workdir = start_run(args, "bench_train_")
-    members = build_tiny_members(os.path.join(workdir, "tiny")) if args.tiny else list(args.members)
+    if args.tiny:
+        members = build_tiny_members(os.path.join(workdir, "tiny"))
+    elif args.random_weights:
+        members = build_random_members(list(args.members), os.path.join(workdir, "random"), args.seed)
+    else:
+        members = list(args.members)
     spec = get_task(args.task)
     train_raw, dev_raw, source = load_splits(args)
     texts = text_inputs(dev_raw, spec.text_keys, args.pipeline_samples)
@@ -126,11 +132,16 @@ def run(args: BenchmarkArguments) -> dict:
 
     # timed training windows, interleaved: A B C ... then ... C B A, so that a drift of the machine's speed during the
     # run hits every contestant alike; the ratios come from windows of the same round
-    for round_ in range(args.repeats):
+    for round_ in range(-args.warmup_rounds, args.repeats):
         for entry in (entries if round_ % 2 == 0 else entries[::-1]):
             trainer = train_window(args, entry, workdir)
+            if round_ < 0:  # an untimed round: every contestant meets its kernels and shapes once
+                entry.windows.pop()
             del trainer
             cleanup()
+        if round_ < 0:
+            print(f"[bench] untimed warm-up round done ({time.perf_counter() - started:.0f}s elapsed)", flush=True)
+            continue
         print(f"[bench] round {round_ + 1}/{args.repeats}: " + ", ".join(
             f"{e.name} {e.windows[-1]['samples_per_second']:.1f}/s" for e in entries)
             + f" ({time.perf_counter() - started:.0f}s elapsed)", flush=True)
@@ -235,7 +246,7 @@ def summarize(args, entries: list[Entry], device, versions, source, n_train, n_d
                 f"{e.result['pipeline'][f'batch_{args.batch_size}']['error']}")
     settings = {k: v for k, v in dataclasses.asdict(args).items()}
     settings.update({"data": source, "train_examples": n_train, "eval_examples": n_dev,
-                     "members": members if not args.tiny else [short_name(m) for m in members],
+                     "members": list(args.members) if not args.tiny else [short_name(m) for m in members],
                      "threads": torch.get_num_threads(), "optimizer": "Trainer default (AdamW), lr 2e-5",
                      "padding": "dynamic (each batch to its longest, per member)"})
     results.update({"settings": settings, "versions": versions,
@@ -259,11 +270,14 @@ def markdown(results: dict) -> str:
         f"- device: {results['device']}",
         f"- versions: torch {v['torch']}, transformers {v['transformers']}, datasets {v['datasets']}, "
         f"hf_multiencoder {v['hf_multiencoder']} ({v.get('git_commit') or 'no git'}), python {v['python']}",
-        f"- members: {', '.join(s['members'])}",
+        f"- members: {', '.join(s['members'])}"
+        + (" (built from their configs with random weights: speed does not depend on the values)"
+           if s.get("random_weights") else ""),
         f"- data: {s['data']} ({s['train_examples']} train examples, {s['eval_examples']} dev examples); batch "
         f"{s['batch_size']}, max_seq_length {s['max_seq_length']}, dynamic padding"
         + (f" to a multiple of {s['pad_to_multiple_of']}" if s["pad_to_multiple_of"] else "")
         + f"; {s['steps']} timed steps after {s['warmup']} warm-up steps"
+        + (f"; {s['warmup_rounds']} untimed round(s) of every contestant first" if s.get("warmup_rounds") else "")
         + ("; torch_compile" if s["torch_compile"] else "") + ("; group_by_length" if s["group_by_length"] else ""),
         f"- load average before/after: {results.get('load_average', {}).get('before')} / "
         f"{results.get('load_average', {}).get('after')}",

@@ -23,6 +23,9 @@ import torch
 import transformers
 from timing import PeakMemory, StepTimer, synchronize
 from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoTokenizer,
     HfArgumentParser,
     PrinterCallback,
     Trainer,
@@ -50,6 +53,9 @@ class BenchmarkArguments:
     members: list[str] = field(default_factory=lambda: list(DEFAULT_MEMBERS),
                                metadata={"help": "Member checkpoints (names or folders AutoModel accepts)."})
     tiny: bool = field(default=False, metadata={"help": "Tiny random members (a smoke test in seconds)."})
+    random_weights: bool = field(default=False, metadata={
+        "help": "Build each member from its folder's config and tokenizer with random weights (speed does not depend "
+                "on the weights' values; the folders need no weights file)."})
     synthetic: bool = field(default=False, metadata={"help": "Generated sentences instead of --data_dir."})
     task: str = field(default="cola", metadata={"help": "A registered sentence-level task (cola, sst2, rte, ...)."})
     long: bool = field(default=False, metadata={"help": "Long inputs: RTE sentence pairs at max_seq_length 256."})
@@ -73,6 +79,9 @@ class BenchmarkArguments:
     skip_pipeline: bool = field(default=False, metadata={"help": "Do not time pipeline()."})
     skip_cache: bool = field(default=False, metadata={"help": "Do not time the frozen / feature-cache runs."})
     seed: int = field(default=42, metadata={"help": "Seed for the data subset and the models."})
+    warmup_rounds: int | None = field(default=None, metadata={
+        "help": "Untimed rounds of every contestant before the timed ones (CUDA 1: the first window on a GPU meets "
+                "lazily loaded kernels and new padded lengths; CPU 0)."})
     repeats: int | None = field(default=None, metadata={
         "help": "Timed training windows per contestant, interleaved A B C ... C B A ... (CPU 4, CUDA 3, tiny 2)."})
     out: str | None = field(default=None, metadata={
@@ -105,6 +114,8 @@ class BenchmarkArguments:
         self.eval_samples = self.eval_samples or defaults[2]
         self.pipeline_samples = defaults[3] if self.pipeline_samples is None else self.pipeline_samples
         self.repeats = self.repeats or defaults[4]
+        if self.warmup_rounds is None:
+            self.warmup_rounds = 1 if on_cuda and not self.tiny else 0
         if self.steps < 1 or self.warmup < 1:
             raise ValueError("`steps` and `warmup` must be at least 1 (the clock starts at the end of the warm-up).")
         if self.out is None:
@@ -221,8 +232,10 @@ def finish_train_result(args, entry: Entry) -> None:
 
 def evaluate_and_time(args, entry: Entry, trainer: Trainer, eval_ds, collator) -> None:
     trainer.data_collator = collator  # the multi-encoder collators leave the `length` column out themselves
-    warm = eval_ds.select(range(min(len(eval_ds), args.batch_size)))
-    trainer.evaluate(eval_dataset=warm)  # warm-up (allocator, kernels, compile)
+    # warm-up (allocator, kernels, compile): one batch on the CPU; on CUDA the whole set, since every new padded
+    # length meets new kernels and the first pass in a process also loads them
+    warm = eval_ds if args.device == "cuda" else eval_ds.select(range(min(len(eval_ds), args.batch_size)))
+    trainer.evaluate(eval_dataset=warm)
     with PeakMemory(args.device) as mem:
         synchronize(args.device)
         start = time.perf_counter()
@@ -260,6 +273,19 @@ def pipeline_and_time(args, entry: Entry, model, tokenizer, texts: list) -> None
 # ---- the run --------------------------------------------------------------------------------------------------------
 def build_tiny_members(root: str) -> list[str]:
     return build_tiny_encoders(root)[:2]  # BERT-32 and RoBERTa-40: two types, two tokenizers, two widths
+
+
+def build_random_members(members: list[str], root: str, seed: int) -> list[str]:
+    """Each member rebuilt from its config with random weights and saved (with its tokenizer) under `root`, keeping
+    the folder's name. For speed measurements where only the architecture matters."""
+    built = []
+    for member in members:
+        out = os.path.join(root, short_name(member))
+        torch.manual_seed(seed)
+        AutoModel.from_config(AutoConfig.from_pretrained(member)).save_pretrained(out)
+        AutoTokenizer.from_pretrained(member).save_pretrained(out)
+        built.append(out)
+    return built
 
 
 def short_name(member: str) -> str:

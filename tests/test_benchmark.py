@@ -25,7 +25,7 @@ def test_tiny_benchmark_end_to_end(tmp_path, run_script):
     data = ["--data_dir", SHARED_DATA] if os.path.isdir(SHARED_DATA) else ["--synthetic"]
     # one thread: on a shared 2-core machine OpenMP spin-waiting otherwise makes tiny ops 100x slower
     proc = run_script(SCRIPT, "--tiny", "--device", "cpu", "--threads", "1", "--steps", "3", "--warmup", "1",
-                      "--pipeline_samples", "4", "--out", out, *data, timeout=150)
+                      "--warmup_rounds", "1", "--pipeline_samples", "4", "--out", out, *data, timeout=150)
 
     results = json.loads(out.read_text())
     assert isinstance(results["device"], str) and results["device"].startswith("cpu")
@@ -41,7 +41,9 @@ def test_tiny_benchmark_end_to_end(tmp_path, run_script):
         if run["kind"] in ("plain", "plugin", "fused"):
             assert run["eval"]["samples_per_second"] > 0, name
             assert run["pipeline"]["batch_1"]["samples_per_second"] > 0, name
-    # interleaved rounds: every contestant timed once per round, each ratio computed per round, median + range
+    # interleaved rounds: every contestant timed once per round (the untimed warm-up round leaves no window), each
+    # ratio computed per round, median + range
+    assert "untimed warm-up round done" in proc.stdout and results["settings"]["warmup_rounds"] == 1
     for name, run in results["runs"].items():
         assert run["train"]["windows"] == 2 and len(run["train"]["samples_per_second_windows"]) == 2, name
     for key in ("plugin_over_plain", "fused_over_sum", "fused_over_slowest_plain", "cached_over_uncached"):
@@ -62,3 +64,28 @@ def test_tiny_benchmark_end_to_end(tmp_path, run_script):
     for key in RATIOS:
         assert key in table
     assert "| fused/dme |" in table and table in proc.stdout
+
+
+def test_random_weight_members_keep_the_architecture_and_tokenizer(tmp_path):
+    """`--random_weights` (speed on the GPU without carrying weights): each member rebuilt from its config, weights
+    drawn afresh, its tokenizer beside it, the folder's name kept."""
+    import sys
+
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from hf_multiencoder.testing_utils import build_tiny_encoders
+
+    sys.path.insert(0, os.path.join(REPO_ROOT, "benchmarks"))
+    from harness import build_random_members
+
+    source = build_tiny_encoders(str(tmp_path / "src"))[:2]
+    built = build_random_members(source, str(tmp_path / "random"), seed=1)  # the tiny ones used seed 0
+    assert [os.path.basename(b) for b in built] == [os.path.basename(s) for s in source]
+    for src, new in zip(source, built):
+        a, b = AutoModel.from_pretrained(src), AutoModel.from_pretrained(new)
+        assert type(a) is type(b) and a.config.hidden_size == b.config.hidden_size
+        assert a.num_parameters() == b.num_parameters()
+        assert not torch.equal(a.embeddings.word_embeddings.weight, b.embeddings.word_embeddings.weight)
+        assert AutoTokenizer.from_pretrained(new)("a cat sat")["input_ids"] == AutoTokenizer.from_pretrained(src)(
+            "a cat sat")["input_ids"]
