@@ -20,10 +20,13 @@ The protocol is the fine-tuned sweep's (`scripts/glue_sweep.py`), so that its ro
   (nothing chosen on dev); the student's held-out slice is part of that teacher's training set (the student never sees
   the teacher's outputs on it).
 
-Each run writes `runs_dir/TASK/TEACHER_NAME/seed_N/result.json` (last, so a cut-off run is rerun and a finished one
-skipped) and `predictions.npz` (the chosen epoch's dev outputs); `teacher.json` beside the seeds holds the teacher's
-scores. The report (`results/distill.{json,md}`) gives, per task and teacher: the teacher's dev score, the student's
-and the baselines' median, mean and std over seeds, the student minus the member per seed, and the share of the
+Each run writes `runs_dir/TASK/TEACHER_NAME/seed_N/result.json` (last, so a finished run is skipped). A student cut
+off resumes from its last finished epoch: each epoch ends in a Trainer checkpoint, with the epochs' predictions and
+training seconds so far, in `--checkpoints_dir` (default `outputs/distill_checkpoints/`, git-ignored; removed when
+the run finishes; `--checkpoints_dir ''`: none, and a cut run restarts). Each run also writes `predictions.npz` (the
+chosen epoch's dev outputs); `teacher.json` beside the seeds holds the teacher's scores. The report
+(`results/distill.{json,md}`) gives, per task and teacher: the teacher's dev score, the student's and the baselines'
+median, mean and std over seeds, the student minus the member per seed, and the share of the
 teacher's gain over the member the student recovers; with `results/bench_distill.json` (benchmarks/bench_distill.py)
 the latency of each.
 """
@@ -38,11 +41,12 @@ import tempfile
 import time
 
 import numpy as np
+from transformers.trainer_utils import get_last_checkpoint
 
 from hf_multiencoder.data.tasks import get_task
 from hf_multiencoder.training.protocol import FINE_TUNING, HELDOUT_FRACTION, REAL_MEMBERS, member_paths, study_splits
 from hf_multiencoder.training.results import summarize
-from hf_multiencoder.training.selection import choose_epoch
+from hf_multiencoder.training.selection import TrainingClock, choose_epoch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STUDENT = REAL_MEMBERS["MiniLM"]
@@ -114,8 +118,12 @@ def run_student(task: str, seed: int, teacher: str, out_dir: str, args) -> None:
     splits, spec = study_splits(task, args.data_dir, max_samples=args.max_samples)
     train, heldout, dev = splits["train"], splits["heldout"], splits["dev"]
     raw = datasets.DatasetDict({"train": train, spec.validation_splits[0]: dev})
-    scratch = tempfile.mkdtemp(prefix="distill_study_")  # the student is not kept: the Trainer's folder goes
-    training_args = FINE_TUNING.training_arguments(scratch, seed, use_cpu=not torch.cuda.is_available())
+    # the student is not kept: its Trainer folder (its epochs' checkpoints, with --checkpoints_dir) goes at the end
+    checkpoints = (os.path.join(args.checkpoints_dir, task, os.path.basename(os.path.dirname(out_dir)),
+                                os.path.basename(out_dir)) if args.checkpoints_dir else None)
+    training_args = FINE_TUNING.training_arguments(
+        checkpoints or tempfile.mkdtemp(prefix="distill_study_"), seed, use_cpu=not torch.cuda.is_available(),
+        save_strategy="epoch" if checkpoints else "no", save_total_limit=1)
     precision = apply_fast_path(training_args, [], "auto")
     set_seed(seed)
     trainer, tokenized = distillation_trainer(
@@ -125,18 +133,24 @@ def run_student(task: str, seed: int, teacher: str, out_dir: str, args) -> None:
     callback = EpochPredictions({"heldout": held, "dev": tokenized[spec.validation_splits[0]]}, spec)
     trainer.add_callback(callback)
     callback.trainer = trainer
-    start = time.time()
-    output = trainer.train()
-    seconds = time.time() - start
+    clock = TrainingClock()
+    trainer.add_callback(clock)
+    resume = get_last_checkpoint(checkpoints) if checkpoints and os.path.isdir(checkpoints) else None
+    if resume:
+        callback.load(resume)
+        clock.load(resume)
+        print(f"Resuming from {resume} (epoch {len(callback.epochs)} done)", flush=True)
+    output = trainer.train(resume_from_checkpoint=resume)
     epochs = [{split: score_outputs(spec, data["outputs"], data["labels"]) for split, data in sets.items()}
               for sets in callback.epochs]
     chosen = choose_epoch([e["heldout"] for e in epochs])
     result = {"task": spec.name, "seed": seed, "teacher": relpath(teacher), "student": args.student,
-              "temperature": args.temperature, "alpha": args.alpha, "train_seconds": round(seconds, 1),
+              "temperature": args.temperature, "alpha": args.alpha, "train_seconds": round(clock.seconds(), 1),
+              "resumed_after_epochs": clock.resumed_after_epochs,
               "train_loss": output.training_loss, "precision": precision,
               "sizes": {"train": len(train), "heldout": len(heldout), "dev": len(dev)},
               "epochs": epochs, "chosen_epoch": chosen}
-    shutil.rmtree(scratch, ignore_errors=True)
+    shutil.rmtree(training_args.output_dir, ignore_errors=True)
     np.savez_compressed(os.path.join(out_dir, "predictions.npz"),
                         dev_outputs=callback.epochs[chosen - 1]["dev"]["outputs"].astype(np.float32),
                         dev_labels=callback.epochs[chosen - 1]["dev"]["labels"])
@@ -310,6 +324,10 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--member_runs", default=os.path.join(REPO, "results", "glue_finetuned_runs"),
                     help="The fine-tuned sweep's runs: the member-alone baselines.")
     ap.add_argument("--results", default=os.path.join(REPO, "results"))
+    ap.add_argument("--checkpoints_dir", default=os.path.join(REPO, "outputs", "distill_checkpoints"),
+                    help="Where each unfinished student keeps its last epoch's checkpoint (git-ignored), so that a "
+                         "killed run resumes from its last finished epoch; removed when the run finishes. '': no "
+                         "checkpoints (a killed run restarts from the start).")
     ap.add_argument("--max_samples", type=int, default=None,
                     help="Use only the first N examples of each split: a quick check of the machinery, not a result.")
     ap.add_argument("--report_only", action="store_true")

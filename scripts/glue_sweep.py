@@ -42,7 +42,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
-from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from hf_multiencoder.data.tasks import get_task
@@ -125,7 +124,7 @@ def run_one(task: str, row_name: str, seed: int, args) -> None:
     from hf_multiencoder.training.fast_path import apply_fast_path
     from hf_multiencoder.training.optimization import create_multiencoder_optimizer
     from hf_multiencoder.training.runs import check_finite_weights
-    from hf_multiencoder.training.selection import EpochPredictions
+    from hf_multiencoder.training.selection import EpochPredictions, TrainingClock
 
     row = ROWS[row_name]
     out_dir = run_dir(args, task, row_name, seed)
@@ -223,34 +222,6 @@ def run_one(task: str, row_name: str, seed: int, args) -> None:
         json.dump(result, f, indent=1)
     os.replace(tmp, os.path.join(out_dir, "result.json"))
     shutil.rmtree(training_args.output_dir, ignore_errors=True)  # the run is finished: its checkpoints go
-
-
-class TrainingClock(TrainerCallback):
-    """Training seconds across resumes: the seconds before a checkpoint are saved in it and added back on resume."""
-
-    FILE = "training_clock.json"
-
-    def __init__(self):
-        self.before, self.start, self.resumed_after_epochs = 0.0, None, 0
-
-    def seconds(self) -> float:
-        return self.before + (time.time() - self.start if self.start is not None else 0.0)
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.start = time.time()
-
-    def on_save(self, args, state, control, **kwargs):
-        folder = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
-        if os.path.isdir(folder):
-            with open(os.path.join(folder, self.FILE), "w") as f:
-                json.dump({"seconds": self.seconds(), "epoch": state.epoch}, f)
-
-    def load(self, checkpoint: str) -> None:
-        path = os.path.join(checkpoint, self.FILE)
-        if os.path.isfile(path):
-            with open(path) as f:
-                saved = json.load(f)
-            self.before, self.resumed_after_epochs = saved["seconds"], round(saved["epoch"])
 
 
 def save_chosen_model(model, tokenizer, weights: dict | str, path: str) -> None:

@@ -1,6 +1,9 @@
+import glob
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -43,6 +46,27 @@ def run_script():
         if check:
             assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         return proc
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def kill_after_first_checkpoint():
+    """`kill_after_first_checkpoint(script, args, checkpoints)`: run a repository script that saves a Trainer
+    checkpoint per epoch, and kill it (its whole process group, as a lost session would) once `checkpoints` holds a
+    finished checkpoint (its `training_clock.json`, written last)."""
+
+    def run(script: str, args, checkpoints) -> None:
+        env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", OMP_NUM_THREADS="1")
+        proc = subprocess.Popen([sys.executable, os.path.join(REPO_ROOT, script), *map(str, args)], cwd=REPO_ROOT,
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        pattern = os.path.join(str(checkpoints), "checkpoint-*", "training_clock.json")
+        deadline = time.time() + 600
+        while not glob.glob(pattern) and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.01)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert glob.glob(pattern), "the run saved no checkpoint before it ended"
 
     return run
 

@@ -1,6 +1,6 @@
 """scripts/distill_study.py with tiny members on slices of real CoLA: it builds the frozen-member teacher, trains a
-student per seed under the sweep's protocol (epoch chosen on the held-out slice), resumes, and reports against the
-sweep's member rows."""
+student per seed under the sweep's protocol (epoch chosen on the held-out slice), skips finished students, resumes a
+cut one from its last epoch, and reports against the sweep's member rows."""
 
 import json
 
@@ -10,17 +10,22 @@ import pytest
 SCRIPT = "scripts/distill_study.py"
 
 
+def study_args(tmp_path, tiny_paths, shared_data) -> list:
+    return ["--task", "cola", "--frozen_teacher", tmp_path / "teacher", "--seeds", 1, "--data_dir", shared_data,
+            "--member", f"MiniLM={tiny_paths[0]}", "--member", f"MPNet={tiny_paths[1]}", "--student", tiny_paths[0],
+            "--runs_dir", tmp_path / "runs", "--member_runs", tmp_path / "member_runs", "--results",
+            tmp_path / "results", "--checkpoints_dir", tmp_path / "checkpoints", "--max_samples", 40,
+            "--max_seq_length", 32, "--teacher_epochs", 2]
+
+
 def study(run_script, tmp_path, tiny_paths, shared_data):
-    return run_script(SCRIPT, "--task", "cola", "--frozen_teacher", tmp_path / "teacher", "--seeds", 1,
-                      "--data_dir", shared_data, "--member", f"MiniLM={tiny_paths[0]}", "--member",
-                      f"MPNet={tiny_paths[1]}", "--student", tiny_paths[0], "--runs_dir", tmp_path / "runs",
-                      "--member_runs", tmp_path / "member_runs", "--results", tmp_path / "results",
-                      "--max_samples", 40, "--max_seq_length", 32, "--teacher_epochs", 2, timeout=900,
+    return run_script(SCRIPT, *study_args(tmp_path, tiny_paths, shared_data), timeout=900,
                       OMP_NUM_THREADS="1").stdout
 
 
 @pytest.mark.slow
-def test_distill_study_trains_chooses_on_heldout_resumes_and_reports(tiny_paths, shared_data, tmp_path, run_script):
+def test_distill_study_trains_chooses_on_heldout_resumes_and_reports(tiny_paths, shared_data, tmp_path, run_script,
+                                                                      kill_after_first_checkpoint):
     # a member-alone baseline as the sweep writes it (two seeds)
     for seed, dev in ((1, 0.10), (2, 0.20)):
         folder = tmp_path / "member_runs" / "cola" / "plain_MiniLM" / f"seed_{seed}"
@@ -47,6 +52,20 @@ def test_distill_study_trains_chooses_on_heldout_resumes_and_reports(tiny_paths,
     # finished runs are skipped; the teacher's logits come from its cache
     again = study(run_script, tmp_path, tiny_paths, shared_data)
     assert again.count("skip ") == 1 and ": ok in " not in again
+    # a student cut off after its first epoch resumes from that epoch's checkpoint, as if it had never stopped
+    seed_1 = tmp_path / "runs" / "cola" / "teacher" / "seed_1"
+    assert run["resumed_after_epochs"] == 0 and not (tmp_path / "checkpoints" / "cola" / "teacher" / "seed_1").exists()
+    (seed_1 / "result.json").unlink()
+    kill_after_first_checkpoint(SCRIPT, study_args(tmp_path, tiny_paths, shared_data),
+                                tmp_path / "checkpoints" / "cola" / "teacher" / "seed_1")
+    assert not (seed_1 / "result.json").exists(), "the student finished before it could be cut"
+    resumed_out = study(run_script, tmp_path, tiny_paths, shared_data)
+    assert "Resuming from" in resumed_out and ": ok in " in resumed_out
+    resumed = json.loads((seed_1 / "result.json").read_text())
+    assert resumed["resumed_after_epochs"] >= 1 and len(resumed["epochs"]) == 3
+    for a, b in zip(resumed["epochs"], run["epochs"]):
+        assert a["heldout"] == pytest.approx(b["heldout"], abs=1e-5) and a["dev"] == pytest.approx(b["dev"], abs=1e-5)
+    assert not (tmp_path / "checkpoints" / "cola" / "teacher" / "seed_1").exists()  # finished: its checkpoints go
 
 
 def test_distill_study_needs_a_teacher(tmp_path, run_script):

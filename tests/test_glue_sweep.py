@@ -3,13 +3,8 @@ chooses its epoch on the held-out slice and stores its predictions, the report a
 tuned members and the comparisons, `--models_dir` keeps each chosen epoch's model, and a second call resumes without
 redoing finished runs."""
 
-import glob
 import json
 import os
-import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
@@ -31,24 +26,9 @@ def sweep(run_script, tiny_paths, shared_data, tmp_path, *extra):
                       OMP_NUM_THREADS="1").stdout
 
 
-def kill_after_first_checkpoint(args: list[str], checkpoints) -> None:
-    """Run the sweep and kill it (its whole process group, as a lost session would) once a run has saved its first
-    epoch's checkpoint."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", OMP_NUM_THREADS="1")
-    proc = subprocess.Popen([sys.executable, SCRIPT, *args], cwd=os.path.dirname(os.path.dirname(__file__)), env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    pattern = str(checkpoints / "checkpoint-*" / "training_clock.json")  # written last, after the predictions
-    deadline = time.time() + 600
-    while not glob.glob(pattern) and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.01)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert glob.glob(pattern), "the run saved no checkpoint before it ended"
-
-
 @pytest.mark.slow  # a subprocess or a compile: run by `make test`, skipped by `make test-fast`
 def test_sweep_chooses_on_the_heldout_slice_reports_baselines_and_resumes(tiny_paths, shared_data, tmp_path,
-                                                                         run_script):
+                                                                         run_script, kill_after_first_checkpoint):
     out = sweep(run_script, tiny_paths, shared_data, tmp_path, "--models_dir", tmp_path / "models")
     # plain transformers runs sequence tasks once (first seed); NER has no plain row
     assert out.count(": ok in ") == 3 * 2 * 2 + 1, out
@@ -98,7 +78,7 @@ def test_sweep_chooses_on_the_heldout_slice_reports_baselines_and_resumes(tiny_p
     os.remove(seed_2 / "result.json")
     sweep(run_script, tiny_paths, shared_data, tmp_path, "--report_only")  # what has finished, said to be partial
     assert "**Partial: 12 of the 13 runs" in (tmp_path / "results" / "glue_finetuned.md").read_text()
-    kill_after_first_checkpoint(sweep_args(tiny_paths, shared_data, tmp_path),
+    kill_after_first_checkpoint(SCRIPT, sweep_args(tiny_paths, shared_data, tmp_path),
                                 tmp_path / "checkpoints" / "cola" / "dme" / "seed_2")
     assert not (seed_2 / "result.json").exists(), "the run finished before it could be cut"
     again = sweep(run_script, tiny_paths, shared_data, tmp_path)

@@ -9,7 +9,9 @@ predictions, without training again. Training-side code: not shipped with the we
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -140,6 +142,37 @@ class EpochPredictions(TrainerCallback):
                 if key != "steps":
                     epoch, name, field = key.split(".", 2)
                     self.epochs[int(epoch) - 1].setdefault(name, {})[field] = stored[key]
+
+
+
+class TrainingClock(TrainerCallback):
+    """Training seconds across resumes: the seconds so far are saved in each checkpoint ([`FILE`]) and a resumed run
+    adds them back (`clock.load(checkpoint)` before `trainer.train(resume_from_checkpoint=...)`). `seconds()` is the
+    total; `resumed_after_epochs` the epochs the checkpoint had finished (0 for a run that never stopped)."""
+
+    FILE = "training_clock.json"
+
+    def __init__(self):
+        self.before, self.start, self.resumed_after_epochs = 0.0, None, 0
+
+    def seconds(self) -> float:
+        return self.before + (time.time() - self.start if self.start is not None else 0.0)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = time.time()
+
+    def on_save(self, args, state, control, **kwargs):
+        folder = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+        if state.is_world_process_zero and os.path.isdir(folder):
+            with open(os.path.join(folder, self.FILE), "w") as f:
+                json.dump({"seconds": self.seconds(), "epoch": state.epoch}, f)
+
+    def load(self, checkpoint: str) -> None:
+        path = os.path.join(checkpoint, self.FILE)
+        if os.path.isfile(path):
+            with open(path) as f:
+                saved = json.load(f)
+            self.before, self.resumed_after_epochs = saved["seconds"], round(saved["epoch"])
 
 
 def choose_epoch(heldout_scores: Sequence[float]) -> int:
