@@ -73,6 +73,10 @@ def test_bad_corpus_input(tmp_path):
         read_text_file(str(table))
     with pytest.raises(ValueError, match="at least 2 are needed"):
         load_corpus(str(table), text_column="body")
+    header_only = tmp_path / "h.csv"  # read as the task files are: the file and the cause named
+    header_only.write_text("text\n")
+    with pytest.raises(ValueError, match=r"h.csv holds only a header row \('text'\) and no data rows"):
+        read_text_file(str(header_only))
     xml = tmp_path / "x.xml"
     xml.write_text("<a/>")
     with pytest.raises(ValueError, match="unsupported extension '.xml'"):

@@ -29,10 +29,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import chain
 
-import datasets
 from datasets import Dataset, DatasetDict
 
-from .loading import _FILE_FORMATS, load_task
+from .loading import _FILE_FORMATS, _read_table_files, load_task
 from .tasks import TaskSpec
 
 logger = logging.getLogger(__name__)
@@ -87,12 +86,9 @@ def read_text_file(path: str, text_column: str | list[str] | None = None) -> lis
     if extension not in _FILE_FORMATS:
         raise ValueError(f"{path}: unsupported extension {extension!r}; use .txt (a text per line) or one of "
                          f"{', '.join(_FILE_FORMATS)} with a text column.")
-    file_format = _FILE_FORMATS[extension]
-    kwargs = {"delimiter": "\t"} if file_format == "tsv" else {}
-    try:
-        table = datasets.load_dataset("json" if file_format == "json" else "csv", data_files=path, split="train",
-                                      **kwargs)
-    except Exception as err:
+    try:  # the task readers' own: an empty, header-only or unparsable file is an error naming it
+        table = _read_table_files({"train": path}, _FILE_FORMATS[extension])["train"]
+    except ValueError as err:
         if not any(isinstance(e, UnicodeDecodeError) for e in _causes(err)):
             raise
         raise ValueError(_not_utf8(path)) from None
