@@ -41,12 +41,11 @@ import tempfile
 import time
 
 import numpy as np
-from transformers.trainer_utils import get_last_checkpoint
 
 from hf_multiencoder.data.tasks import get_task
 from hf_multiencoder.training.protocol import FINE_TUNING, HELDOUT_FRACTION, REAL_MEMBERS, member_paths, study_splits
 from hf_multiencoder.training.results import summarize
-from hf_multiencoder.training.selection import TrainingClock, choose_epoch
+from hf_multiencoder.training.selection import TrainingClock, choose_epoch, load_last_checkpoint
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STUDENT = REAL_MEMBERS["MiniLM"]
@@ -135,10 +134,8 @@ def run_student(task: str, seed: int, teacher: str, out_dir: str, args) -> None:
     callback.trainer = trainer
     clock = TrainingClock()
     trainer.add_callback(clock)
-    resume = get_last_checkpoint(checkpoints) if checkpoints and os.path.isdir(checkpoints) else None
+    resume = load_last_checkpoint(checkpoints, callback, clock)
     if resume:
-        callback.load(resume)
-        clock.load(resume)
         print(f"Resuming from {resume} (epoch {len(callback.epochs)} done)", flush=True)
     output = trainer.train(resume_from_checkpoint=resume)
     epochs = [{split: score_outputs(spec, data["outputs"], data["labels"]) for split, data in sets.items()}

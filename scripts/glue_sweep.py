@@ -42,7 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from hf_multiencoder.data.tasks import get_task
 from hf_multiencoder.training.protocol import FINE_TUNING, HELDOUT_FRACTION, member_paths, study_splits
@@ -124,7 +124,7 @@ def run_one(task: str, row_name: str, seed: int, args) -> None:
     from hf_multiencoder.training.fast_path import apply_fast_path
     from hf_multiencoder.training.optimization import create_multiencoder_optimizer
     from hf_multiencoder.training.runs import check_finite_weights
-    from hf_multiencoder.training.selection import EpochPredictions, TrainingClock
+    from hf_multiencoder.training.selection import EpochPredictions, TrainingClock, load_last_checkpoint
 
     row = ROWS[row_name]
     out_dir = run_dir(args, task, row_name, seed)
@@ -183,10 +183,8 @@ def run_one(task: str, row_name: str, seed: int, args) -> None:
     trainer = Trainer(model=model, args=training_args, train_dataset=tokenized["train"], data_collator=collator,
                       processing_class=tokenizer, optimizers=optimizers, callbacks=[callback, clock])
     callback.trainer = trainer
-    resume = get_last_checkpoint(checkpoints) if checkpoints and os.path.isdir(checkpoints) else None
+    resume = load_last_checkpoint(checkpoints, callback, clock)
     if resume:
-        callback.load(resume)
-        clock.load(resume)
         print(f"Resuming from {resume} (epoch {len(callback.epochs)} done)", flush=True)
     train_output = trainer.train(resume_from_checkpoint=resume)
     seconds = clock.seconds()

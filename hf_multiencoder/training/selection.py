@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 from transformers import TrainerCallback
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from ..data.tasks import TaskSpec
 from .metrics import _split_outputs, compute_task_metrics, main_metric_value
@@ -173,6 +173,18 @@ class TrainingClock(TrainerCallback):
             with open(path) as f:
                 saved = json.load(f)
             self.before, self.resumed_after_epochs = saved["seconds"], round(saved["epoch"])
+
+
+
+def load_last_checkpoint(checkpoints: str | None, *callbacks) -> str | None:
+    """The last Trainer checkpoint in the folder `checkpoints` (None when there is none, or no folder), after loading
+    each callback's state from it ([`EpochPredictions`], [`TrainingClock`]): pass the result to
+    `trainer.train(resume_from_checkpoint=...)`."""
+    checkpoint = get_last_checkpoint(checkpoints) if checkpoints and os.path.isdir(checkpoints) else None
+    if checkpoint:
+        for callback in callbacks:
+            callback.load(checkpoint)
+    return checkpoint
 
 
 def choose_epoch(heldout_scores: Sequence[float]) -> int:
