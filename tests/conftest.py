@@ -51,6 +51,23 @@ def run_script():
 
 
 @pytest.fixture(scope="session")
+def script_main():
+    """`script_main("scripts/x.py")`: that script's `main(argv)`, imported in this process (an error path is then
+    checked without paying a fresh interpreter's torch + transformers import)."""
+    import importlib.util
+
+    def load(script: str):
+        name = "script_" + os.path.splitext(os.path.basename(script))[0]
+        spec = importlib.util.spec_from_file_location(name, os.path.join(REPO_ROOT, script))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # as an import does (dataclasses look their module up there)
+        spec.loader.exec_module(module)
+        return module.main
+
+    return load
+
+
+@pytest.fixture(scope="session")
 def kill_after_first_checkpoint():
     """`kill_after_first_checkpoint(script, args, checkpoints)`: run a repository script that saves a Trainer
     checkpoint per epoch, and kill it (its whole process group, as a lost session would) once `checkpoints` holds a

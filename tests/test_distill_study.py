@@ -68,8 +68,9 @@ def test_distill_study_trains_chooses_on_heldout_resumes_and_reports(tiny_paths,
     assert not (tmp_path / "checkpoints" / "cola" / "teacher" / "seed_1").exists()  # finished: its checkpoints go
 
 
-def test_distill_study_needs_a_teacher(tmp_path, run_script):
-    proc = run_script(SCRIPT, "--task", "cola", "--runs_dir", tmp_path, check=False)
-    assert proc.returncode != 0 and "--teacher FOLDER" in proc.stderr
-    proc = run_script(SCRIPT, "--task", "cola", "--teacher", tmp_path / "none", check=False)
-    assert proc.returncode != 0 and "no saved model there" in proc.stderr
+def test_distill_study_needs_a_teacher(tmp_path, script_main):
+    main = script_main(SCRIPT)
+    with pytest.raises(SystemExit, match="--teacher FOLDER"):
+        main(["--task", "cola", "--runs_dir", str(tmp_path)])
+    with pytest.raises(SystemExit, match="no saved model there"):
+        main(["--task", "cola", "--teacher", str(tmp_path / "none")])

@@ -91,11 +91,14 @@ def test_sweep_chooses_on_the_heldout_slice_reports_baselines_and_resumes(tiny_p
     assert not (tmp_path / "checkpoints" / "cola" / "dme" / "seed_2").exists()  # finished: its checkpoints are gone
 
 
-def test_sweep_refuses_unknown_members_and_tasks(tmp_path, run_script):
-    proc = run_script(SCRIPT, "--member", "BERT=/x", "--report_only", "--runs_dir", tmp_path, check=False)
-    assert proc.returncode != 0 and "--member takes NAME=PATH with NAME one of MiniLM, MPNet" in proc.stderr
-    proc = run_script(SCRIPT, "--tasks", "colaa", "--report_only", "--runs_dir", tmp_path, check=False)
-    assert proc.returncode != 0 and "colaa" in proc.stderr
+def test_sweep_refuses_unknown_members_and_tasks(tmp_path, script_main, capsys):
+    main = script_main(SCRIPT)
+    with pytest.raises(SystemExit) as exit_:
+        main(["--member", "BERT=/x", "--report_only", "--runs_dir", str(tmp_path)])
+    assert exit_.value.code != 0
+    assert "--member takes NAME=PATH with NAME one of MiniLM, MPNet" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="colaa"):
+        main(["--tasks", "colaa", "--report_only", "--runs_dir", str(tmp_path)])
 
 
 def assert_kept_model_predicts_as_its_chosen_epoch(tmp_path, shared_data):
