@@ -144,7 +144,6 @@ class EpochPredictions(TrainerCallback):
                     self.epochs[int(epoch) - 1].setdefault(name, {})[field] = stored[key]
 
 
-
 class TrainingClock(TrainerCallback):
     """Training seconds across resumes: the seconds so far are saved in each checkpoint ([`FILE`]) and a resumed run
     adds them back (`clock.load(checkpoint)` before `trainer.train(resume_from_checkpoint=...)`). `seconds()` is the
@@ -173,7 +172,6 @@ class TrainingClock(TrainerCallback):
             with open(path) as f:
                 saved = json.load(f)
             self.before, self.resumed_after_epochs = saved["seconds"], round(saved["epoch"])
-
 
 
 def load_last_checkpoint(checkpoints: str | None, *callbacks) -> str | None:
