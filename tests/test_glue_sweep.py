@@ -21,15 +21,26 @@ def sweep_args(tiny_paths, shared_data, tmp_path, *extra) -> list[str]:
                              *extra)]
 
 
-def sweep(run_script, tiny_paths, shared_data, tmp_path, *extra):
-    return run_script(SCRIPT, *sweep_args(tiny_paths, shared_data, tmp_path, *extra), timeout=900,
-                      OMP_NUM_THREADS="1").stdout
+@pytest.fixture
+def sweep(tiny_paths, shared_data, tmp_path, script_main, capsys, monkeypatch):
+    """`sweep(*extra)`: the sweep's main() in this process (its runs are still processes of their own, one thread
+    each, offline); returns what it printed."""
+    for name, value in (("OMP_NUM_THREADS", "1"), ("HF_HUB_OFFLINE", "1"), ("HF_DATASETS_OFFLINE", "1")):
+        monkeypatch.setenv(name, value)
+    main = script_main(SCRIPT)
+
+    def run(*extra) -> str:
+        capsys.readouterr()
+        main(sweep_args(tiny_paths, shared_data, tmp_path, *extra))
+        return capsys.readouterr().out
+
+    return run
 
 
 @pytest.mark.slow  # a subprocess or a compile: run by `make test`, skipped by `make test-fast`
-def test_sweep_chooses_on_the_heldout_slice_reports_baselines_and_resumes(tiny_paths, shared_data, tmp_path,
-                                                                         run_script, kill_after_first_checkpoint):
-    out = sweep(run_script, tiny_paths, shared_data, tmp_path, "--models_dir", tmp_path / "models")
+def test_sweep_chooses_on_the_heldout_slice_reports_baselines_and_resumes(tiny_paths, shared_data, tmp_path, sweep,
+                                                                         kill_after_first_checkpoint):
+    out = sweep("--models_dir", tmp_path / "models")
     # plain transformers runs sequence tasks once (first seed); NER has no plain row
     assert out.count(": ok in ") == 3 * 2 * 2 + 1, out
     report = json.loads((tmp_path / "results" / "glue_finetuned.json").read_text())
@@ -76,12 +87,12 @@ def test_sweep_chooses_on_the_heldout_slice_reports_baselines_and_resumes(tiny_p
     whole = json.loads((seed_2 / "result.json").read_text())
     assert whole["resumed_after_epochs"] == 0 and len(whole["epochs"]) == 3
     os.remove(seed_2 / "result.json")
-    sweep(run_script, tiny_paths, shared_data, tmp_path, "--report_only")  # what has finished, said to be partial
+    sweep("--report_only")  # what has finished, said to be partial
     assert "**Partial: 12 of the 13 runs" in (tmp_path / "results" / "glue_finetuned.md").read_text()
     kill_after_first_checkpoint(SCRIPT, sweep_args(tiny_paths, shared_data, tmp_path),
                                 tmp_path / "checkpoints" / "cola" / "dme" / "seed_2")
     assert not (seed_2 / "result.json").exists(), "the run finished before it could be cut"
-    again = sweep(run_script, tiny_paths, shared_data, tmp_path)
+    again = sweep()
     assert again.count(": ok in ") == 1 and again.count("skip ") == 12, again
     assert "cola/dme/seed 2: ok" in again and "Resuming from" in (seed_2 / "log.txt").read_text()
     resumed = json.loads((seed_2 / "result.json").read_text())
