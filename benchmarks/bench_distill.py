@@ -7,9 +7,9 @@
 The teacher is a saved multi-encoder classifier (e.g. the one `scripts/distill_study.py` teaches from); the student is
 the plain `AutoModelForSequenceClassification` of `--student` with the teacher's number of labels (its weights do not
 change its speed, so the checkpoint itself stands in for any student distilled from it, and for the member fine-tuned
-alone). Inputs are the task's dev sentences, tokenized beforehand: batch 1 is a median-length sentence, batch 32 the
-first 32; each model runs in turn (the order reversed every round) and the median is reported, PyTorch eager fp32.
-Tokenizing is timed apart. Writes the JSON and a Markdown table beside it.
+alone). Inputs are the task's dev texts (sentence pairs for a pair task), tokenized beforehand: batch 1 is a
+median-length text, batch 32 the first 32; each model runs in turn (the order reversed every round) and the median is
+reported, PyTorch eager fp32. Tokenizing is timed apart. Writes the JSON and a Markdown table beside it.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ class DistillBenchmarkArguments:
     student: str = field(default=REAL_MEMBERS["MiniLM"],
                          metadata={"help": "The student's checkpoint (or a distilled student's folder)."})
     tiny: bool = field(default=False, metadata={"help": "Tiny random members as teacher and student (smoke test)."})
-    task: str = field(default="cola", metadata={"help": "A sentence-level task of the registry (its dev texts)."})
+    task: str = field(default="cola",
+                      metadata={"help": "A sequence task of the registry (its dev texts; pairs for a pair task)."})
     data_dir: str | None = field(default=None, metadata={"help": "The data folder (default: ../shared/data)."})
     max_seq_length: int = field(default=128, metadata={"help": "Truncation length."})
     batch_size: int = field(default=32, metadata={"help": "Batch of the throughput runs."})
@@ -137,7 +138,7 @@ def run(args: DistillBenchmarkArguments) -> dict:
 def markdown(results: dict) -> str:
     s = results["settings"]
     lines = [f"Teacher ({' + '.join(s['teacher_members'])}, {s['teacher_fusion']}) against the plain student "
-             f"({s['student']}) on {results['device']}; {s['engine']}, {s['task']} dev sentences tokenized "
+             f"({s['student']}) on {results['device']}; {s['engine']}, {s['task']} dev texts tokenized "
              f"beforehand, median of interleaved rounds.", "",
              "| batch | teacher ms | student ms | teacher / student | teacher ex/s | student ex/s | tokenize ms "
              "(teacher / student) |", "|---|---|---|---|---|---|---|"]
