@@ -274,8 +274,9 @@ def markdown(reports: dict, bench: dict | None) -> str:
         lines.append("")
     if bench:
         lines += ["## Latency (benchmarks/bench_distill.py, results/bench_distill.json)", "",
-                  f"{bench['settings']['threads']} thread(s), PyTorch eager fp32, {bench['device']}; interleaved "
-                  "medians.", "", "| batch | teacher ms | student ms | teacher / student |", "|---|---|---|---|"]
+                  f"{bench['settings']['task']} dev texts, {bench['settings']['threads']} thread(s), PyTorch eager "
+                  f"fp32, {bench['device']}; interleaved medians (other tasks: results/bench_distill_TASK.json).", "",
+                  "| batch | teacher ms | student ms | teacher / student |", "|---|---|---|---|"]
         for label, t in bench["timing"].items():
             lines.append(f"| {t['batch_size']} | {t['ms']['teacher']:.1f} | {t['ms']['student']:.1f} | "
                          f"{t['ms']['teacher'] / t['ms']['student']:.2f}x |")
