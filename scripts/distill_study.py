@@ -27,13 +27,14 @@ the run finishes; `--checkpoints_dir ''`: none, and a cut run restarts). Each ru
 chosen epoch's dev outputs); `teacher.json` beside the seeds holds the teacher's scores. The report
 (`results/distill.{json,md}`) gives, per task and teacher: the teacher's dev score, the student's and the baselines'
 median, mean and std over seeds, the student minus the member per seed, and the share of the
-teacher's gain over the member the student recovers; with `results/bench_distill.json` (benchmarks/bench_distill.py)
-the latency of each.
+teacher's gain over the member the student recovers; and, per task, the latency of teacher and student from
+benchmarks/bench_distill.py's `results/bench_distill*.json`.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import shutil
@@ -222,7 +223,7 @@ def fmt(summary: dict) -> str:
     return f"{summary['median']:.1f} ({summary['mean']:.1f} ± {summary['std']:.1f}, {summary['n']})"
 
 
-def markdown(reports: dict, bench: dict | None) -> str:
+def markdown(reports: dict, benches: dict[str, tuple[str, dict]]) -> str:
     lines = ["# Distilling the fused model into one plain member", "",
              "Protocol (scripts/distill_study.py states it in full): the student, a plain all-MiniLM-L6-v2 "
              "classifier, trains on the fine-tuned sweep's 90% training slice with its budget (3 epochs, batch 32, "
@@ -272,34 +273,51 @@ def markdown(reports: dict, bench: dict | None) -> str:
                              f"sentences, the last epoch kept ({tr['encode_seconds']:.0f} s running the members, "
                              f"{tr['head_seconds']:.0f} s the head).")
         lines.append("")
-    if bench:
-        lines += ["## Latency (benchmarks/bench_distill.py, results/bench_distill.json)", "",
-                  f"{bench['settings']['task']} dev texts, {bench['settings']['threads']} thread(s), PyTorch eager "
-                  f"fp32, {bench['device']}; interleaved medians (other tasks: results/bench_distill_TASK.json).", "",
+    if not benches:
+        lines += ["Latency: not measured yet (run benchmarks/bench_distill.py).", ""]
+    for task, (name, bench) in sorted(benches.items()):
+        spec = get_task(task)
+        settings = bench["settings"]
+        lines += [f"## Latency on {spec.display_name or task} (benchmarks/bench_distill.py, results/{name})", "",
+                  f"Teacher `{settings['teacher']}` ({' + '.join(settings['teacher_members'])} "
+                  f"{settings['teacher_fusion']}) against the student, `{settings['student']}`; {settings['dev_texts']} "
+                  f"{task} dev texts, {settings['threads']} thread(s), {settings['engine']}, {bench['device']}; "
+                  "interleaved medians.", "",
                   "| batch | teacher ms | student ms | teacher / student |", "|---|---|---|---|"]
-        for label, t in bench["timing"].items():
+        for t in bench["timing"].values():
             lines.append(f"| {t['batch_size']} | {t['ms']['teacher']:.1f} | {t['ms']['student']:.1f} | "
                          f"{t['ms']['teacher'] / t['ms']['student']:.2f}x |")
         lines.append("")
-    else:
-        lines += ["Latency: not measured yet (run benchmarks/bench_distill.py).", ""]
     return "\n".join(lines)
+
+
+def read_latency(results: str) -> dict[str, tuple[str, dict]]:
+    """benchmarks/bench_distill.py's results in `results` (`bench_distill*.json`, tiny-member checks left out), keyed
+    by task: {task: (file name, result)}. Two files of one task: an error naming both, since only one can be
+    reported."""
+    found = {}
+    for path in sorted(glob.glob(os.path.join(results, "bench_distill*.json"))):
+        with open(path) as f:
+            bench = json.load(f)
+        if bench["settings"].get("tiny"):
+            continue
+        task = bench["settings"]["task"]
+        if task in found:
+            raise SystemExit(f"{found[task][0]} and {os.path.basename(path)} both time {task}: keep one of them.")
+        found[task] = (os.path.basename(path), bench)
+    return found
 
 
 def write_report(args) -> dict:
     tasks = sorted(os.listdir(args.runs_dir)) if os.path.isdir(args.runs_dir) else []
     reports = {task: task_report(args, task) for task in tasks}
-    bench_file = os.path.join(args.results, "bench_distill.json")
-    bench = None
-    if os.path.isfile(bench_file):
-        with open(bench_file) as f:
-            bench = json.load(f)
+    benches = read_latency(args.results)
     os.makedirs(args.results, exist_ok=True)
     with open(os.path.join(args.results, "distill.json"), "w") as f:
         json.dump({"protocol": {"budget": FINE_TUNING.to_dict(), "heldout_fraction": HELDOUT_FRACTION,
                                 "student": STUDENT, "max_samples": args.max_samples}, "tasks": reports}, f, indent=1)
     with open(os.path.join(args.results, "distill.md"), "w") as f:
-        f.write(markdown(reports, bench))
+        f.write(markdown(reports, benches))
     return reports
 
 

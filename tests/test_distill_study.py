@@ -74,3 +74,31 @@ def test_distill_study_needs_a_teacher(tmp_path, script_main):
         main(["--task", "cola", "--runs_dir", str(tmp_path)])
     with pytest.raises(SystemExit, match="no saved model there"):
         main(["--task", "cola", "--teacher", str(tmp_path / "none")])
+
+
+def bench_result(task: str, teacher_ms: float, tiny: bool = False) -> dict:
+    """What benchmarks/bench_distill.py saves (its keys the report reads)."""
+    return {"device": "cpu", "settings": {"teacher": f"teachers/{task}", "teacher_members": ["MiniLM", "MPNet"],
+                                          "teacher_fusion": "dme", "student": "student", "task": task,
+                                          "dev_texts": 10, "threads": 1, "tiny": tiny, "engine": "PyTorch eager fp32"},
+            "timing": {"batch_1": {"batch_size": 1, "ms": {"teacher": teacher_ms, "student": 2.0}}}}
+
+
+def test_distill_report_gives_each_tasks_latency(tmp_path, script_main):
+    results = tmp_path / "results"
+    results.mkdir()
+    for name, bench in {"bench_distill.json": bench_result("cola", 10.0),
+                        "bench_distill_stsb.json": bench_result("stsb", 30.0),
+                        "bench_distill_tiny.json": bench_result("cola", 99.0, tiny=True)}.items():
+        (results / name).write_text(json.dumps(bench))
+    main = script_main(SCRIPT)
+    main(["--report_only", "--runs_dir", str(tmp_path / "runs"), "--results", str(results)])
+    md = (results / "distill.md").read_text()
+    cola, stsb = md.index("## Latency on GLUE CoLA"), md.index("## Latency on GLUE STS-B")
+    assert "results/bench_distill.json" in md[cola:stsb] and "| 1 | 10.0 | 2.0 | 5.00x |" in md[cola:stsb]
+    assert "results/bench_distill_stsb.json" in md[stsb:] and "| 1 | 30.0 | 2.0 | 15.00x |" in md[stsb:]
+    assert "99.0" not in md and "not measured yet" not in md  # a tiny-member check is not a measurement
+    # two files timing one task: only one can be reported, so the report says which to keep
+    (results / "bench_distill_cola.json").write_text(json.dumps(bench_result("cola", 12.0)))
+    with pytest.raises(SystemExit, match="bench_distill.json and bench_distill_cola.json both time cola"):
+        main(["--report_only", "--runs_dir", str(tmp_path / "runs"), "--results", str(results)])
