@@ -185,13 +185,14 @@ def test_the_page_in_a_headless_browser(app, classifier, tmp_path):
         browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--headless=new"])
         try:
             page = browser.new_page(viewport={"width": 1000, "height": 720})
-            page.goto(url)
-            expect(page.get_by_text("bert + roberta", exact=False).first).to_be_visible(timeout=30_000)
+            # generous timeouts: the page's scripts load slowly while other tests keep the machine's cores busy
+            page.goto(url, timeout=120_000)
+            expect(page.get_by_text("bert + roberta", exact=False).first).to_be_visible(timeout=120_000)
             page.get_by_label("Sentence", exact=True).fill("He can will go")
             page.get_by_role("button", name="Predict").click()
             table = page.locator("#fusion-weights-table")
             for name in NAMES:
-                expect(table.get_by_role("gridcell", name=name, exact=True)).to_be_visible(timeout=30_000)
+                expect(table.get_by_role("gridcell", name=name, exact=True)).to_be_visible(timeout=120_000)
             cells = table.get_by_role("gridcell").all_inner_texts()
             numbers = [float(t) for t in cells if t.strip().replace(".", "", 1).isdigit()]
             assert len(numbers) == 2 and sum(numbers) == pytest.approx(1, abs=2e-3)
