@@ -25,14 +25,17 @@ $(VENV)/.installed: setup.py pyproject.toml
 
 install: $(VENV)/.installed
 
-TEST_ENV := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+# one pytest worker per core (pytest-xdist), each test file whole in one worker, one OpenMP thread per worker: two
+# workers with several threads each on a small machine spin against each other and run far slower
+TEST_ENV := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1
+XDIST := -n auto --dist loadfile
 
 test: install encoders compat browser
-	$(TEST_ENV) $(PY) -m pytest -q -ra
+	$(TEST_ENV) $(PY) -m pytest -q -ra $(XDIST)
 
 # the inner loop: everything but the tests marked slow (subprocesses, compiles, end-to-end scripts)
 test-fast: install
-	$(TEST_ENV) $(PY) -m pytest -q -ra -m "not slow"
+	$(TEST_ENV) $(PY) -m pytest -q -ra $(XDIST) -m "not slow"
 
 encoders: install
 	$(PY) scripts/install_encoders.py --python $(PY)

@@ -24,7 +24,7 @@ setup(
         "xxhash>=3.0",  # feature-cache fingerprints (also a dependency of datasets)
     ],
     extras_require={
-        "dev": ["pytest>=8", "ruff>=0.5", "tensorboard>=2.14", "playwright>=1.45"],
+        "dev": ["pytest>=8", "pytest-xdist>=3.5", "ruff>=0.5", "tensorboard>=2.14", "playwright>=1.45"],
         "tensorboard": ["tensorboard>=2.14"],
         "plot": ["matplotlib>=3.7"],
         "peft": ["peft>=0.13"],  # LoRA on the members (hf_multiencoder.training.lora, run_glue_multi.py --lora_r)
