@@ -3,8 +3,15 @@ tables are written."""
 
 import json
 import math
+import os
+import sys
 
 import pytest
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO_ROOT, "benchmarks"))
+
+import bench_distill  # noqa: E402
 
 SCRIPT = "benchmarks/bench_distill.py"
 
@@ -26,6 +33,7 @@ def test_tiny_distill_benchmark(tmp_path, shared_data, run_script):
     assert "teacher / student" in (tmp_path / "distill.md").read_text()
 
 
-def test_distill_benchmark_refuses_a_missing_teacher(tmp_path, run_script):
-    proc = run_script(SCRIPT, "--teacher", tmp_path, check=False)
-    assert proc.returncode != 0 and "no saved model there" in proc.stderr
+def test_distill_benchmark_refuses_a_missing_teacher(tmp_path):
+    with pytest.raises(ValueError, match="no saved model there"):
+        bench_distill.main(["--teacher", str(tmp_path), "--out", str(tmp_path / "out.json")])
+    assert not (tmp_path / "out.json").exists()
