@@ -281,8 +281,8 @@ def markdown(reports: dict, benches: dict[str, tuple[str, dict]]) -> str:
         lines += [f"## Latency on {spec.display_name or task} (benchmarks/bench_distill.py, results/{name})", "",
                   f"Teacher `{settings['teacher']}` ({' + '.join(settings['teacher_members'])} "
                   f"{settings['teacher_fusion']}) against the student, `{settings['student']}`; "
-                  f"{settings['dev_texts']} {task} dev texts, {settings['threads']} thread(s), {settings['engine']}, {bench['device']}; "
-                  "interleaved medians.", "",
+                  f"{settings['dev_texts']} {task} dev texts, {settings['threads']} thread(s), {settings['engine']}, "
+                  f"{bench['device']}; interleaved medians.", "",
                   "| batch | teacher ms | student ms | teacher / student |", "|---|---|---|---|"]
         for t in bench["timing"].values():
             lines.append(f"| {t['batch_size']} | {t['ms']['teacher']:.1f} | {t['ms']['student']:.1f} | "
