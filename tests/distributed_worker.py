@@ -194,14 +194,20 @@ def main(tiny_dir: str, out: str) -> None:
             with open(os.path.join(csv_dir, name), "w") as f:
                 f.write("sentence,label\n" + "".join(f"{t},{int('cat' in t)}\n" for t in rows))
     dist.barrier()
-    table = run_glue_multi.main([
+    script_args = [
         "--encoders", *paths[:2], "--encoder_names", "bert", "roberta", "--output_dir", os.path.join(out, "script"),
         "--train_file", os.path.join(csv_dir, "train.csv"), "--validation_file", os.path.join(csv_dir, "dev.csv"),
         "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "3", "--learning_rate", "1e-3",
         "--num_train_epochs", "1", "--report_to", "none", "--disable_tqdm", "true", "--use_cpu", "true",
         "--max_seq_length", "32", "--ddp_find_unused_parameters", "false", "--lora_r", "4", "--save_strategy",
-        "epoch", "--eval_strategy", "epoch"])
+        "epoch", "--eval_strategy", "epoch"]
+    table = run_glue_multi.main(script_args)
     script_saves = list(saves)
+    # 5b. the same command resumed once the run is finished: nothing trained or saved again, the same scores
+    saves.clear()
+    resumed_table = run_glue_multi.main([*script_args, "--resume_from_checkpoint", "true"])
+    resumed_saves = [None] * dist.get_world_size()
+    dist.all_gather_object(resumed_saves, list(saves))
     # 6. FSDP2 as accelerate prepares it, on the CPU
     fsdp = fsdp_train(paths, tokenizer, shard=True)
     all_saves = [None] * dist.get_world_size()
@@ -212,7 +218,8 @@ def main(tiny_dir: str, out: str) -> None:
         np.savez(os.path.join(out, "predictions.npz"), seq_logits=seq.predictions[0], seq_weights=seq.predictions[1],
                  tok_logits=tok.predictions[0], tok_weights=tok.predictions[1], tok_mask=tok.predictions[2])
         summary.update({"seq_metrics": seq.metrics, "tok_metrics": tok.metrics, "cache": gathered,
-                        "script_table": table, "script_saves": all_saves})
+                        "script_table": table, "script_saves": all_saves, "script_resumed_table": resumed_table,
+                        "script_resumed_saves": resumed_saves})
         with open(os.path.join(out, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2, default=str)
     dist.barrier()

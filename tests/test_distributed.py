@@ -112,6 +112,12 @@ def test_the_script_under_torchrun_with_lora(ddp_run):
         assert (run / name).is_file(), name
     evaluated = json.load(open(run / "eval_results.json"))
     assert evaluated["eval_samples"] == 8
+    # the same command with --resume_from_checkpoint once finished: no process trains or saves, the scores stay
+    assert summary["script_resumed_saves"] == [[], []]
+    first, again = summary["script_table"]["runs"][0], summary["script_resumed_table"]["runs"][0]
+    assert 0 <= first["final_epoch_score"] <= 1
+    assert again["final_epoch_score"] == pytest.approx(first["final_epoch_score"], abs=1e-6)
+    assert again["fusion_weights"] == pytest.approx(first["fusion_weights"], abs=1e-5)
 
 
 @pytest.mark.slow
