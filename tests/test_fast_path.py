@@ -191,3 +191,18 @@ def test_feature_cache_and_encode_follow_the_capability(cpu_units, tiny_paths, t
     assert not torch.equal(auto, forced_fp32) and torch.allclose(auto, forced_fp32, atol=0.1)
     cpu_units()
     assert torch.equal(model.encode(texts, tokenizer=tokenizer, convert_to_tensor=True), forced_fp32)
+
+
+@pytest.mark.parametrize("fusion", ["dme", "cdme"])
+def test_fusion_weights_stay_float32_under_bf16_autocast(tiny_paths, tokenizer, fusion):
+    """The per-sentence weights users read ("0.66 of ELECTRA") are a float32 softmax even when the members and the
+    projections run in bf16: they sum to 1 to float32 precision, and the fused vector keeps the autocast dtype."""
+    model = MultiEncoderForSequenceClassification.from_encoders(tiny_paths, num_labels=2, fusion=fusion).eval()
+    batch = tokenizer(["the cat sat on the mat", "he can will go", "a dog"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        fp32 = model(**batch)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            bf16 = model(**batch)
+    assert bf16.fusion_weights.dtype == torch.float32 and bf16.logits.dtype == torch.bfloat16
+    torch.testing.assert_close(bf16.fusion_weights.sum(-1), torch.ones(3), atol=1e-6, rtol=0)
+    torch.testing.assert_close(bf16.fusion_weights, fp32.fusion_weights, atol=0.02, rtol=0)

@@ -66,8 +66,11 @@ def _gate(scores: torch.Tensor, gating: str, member_mask: torch.Tensor | None = 
     """Scores ``(..., n)`` to weights: softmax over members, or an independent sigmoid gate per member.
 
     Members masked out get weight 0 (softmax renormalises over the others); where no member is present the
-    weights are left as they are (such positions are ignored downstream).
+    weights are left as they are (such positions are ignored downstream). The weights are computed and returned in
+    float32 whatever the scores' precision (under bf16 autocast they would otherwise be rounded to bf16 and sum to 1
+    only within 4e-3).
     """
+    scores = scores.float()
     if member_mask is not None:
         keep = member_mask | ~member_mask.any(dim=-1, keepdim=True)
         scores = scores.masked_fill(~keep, float("-inf")) if gating == "softmax" else scores
@@ -75,6 +78,11 @@ def _gate(scores: torch.Tensor, gating: str, member_mask: torch.Tensor | None = 
     if member_mask is not None and gating != "softmax":
         weights = weights * keep.to(weights.dtype)
     return weights
+
+
+def _weighted_sum(projected: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """``sum_i a_i p_i`` over the member axis, in the projections' precision (the float32 weights cast to it)."""
+    return (weights.to(projected.dtype).unsqueeze(-1) * projected).sum(dim=-2)
 
 
 class DMEFusion(_ProjectedFusion):
@@ -95,7 +103,7 @@ class DMEFusion(_ProjectedFusion):
     def forward(self, embeddings, contexts=None, member_mask=None):
         projected = self.project(embeddings)  # (batch, [words,] n, dim)
         weights = _gate(self.scorer(projected).squeeze(-1), self.gating, member_mask)  # (batch, [words,] n)
-        return (weights.unsqueeze(-1) * projected).sum(dim=-2), weights
+        return _weighted_sum(projected, weights), weights
 
 
 def _reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -162,7 +170,7 @@ class CDMEFusion(DMEFusion):
                 pooled = (hidden * mask.unsqueeze(-1)).sum(1) / mask.sum(1, keepdim=True).clamp(min=1)
                 scores.append(self.scorer(pooled).squeeze(-1))  # (batch,)
         weights = _gate(torch.stack(scores, dim=-1), self.gating, member_mask)  # (batch, [words,] n)
-        return (weights.unsqueeze(-1) * projected).sum(dim=-2), weights
+        return _weighted_sum(projected, weights), weights
 
 
 FUSION_MAPPING: dict[str, type[Fusion]] = {
