@@ -21,6 +21,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 
+from accelerate import PartialState
 from transformers import HfArgumentParser, TrainingArguments, set_seed
 
 from hf_multiencoder.data.corpus import read_text_file
@@ -89,3 +90,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 if __name__ == "__main__":
     main()
+    PartialState().destroy_process_group()  # under torchrun: gloo's threads joined before exit, not aborted

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import datasets
 import numpy as np
 import torch
+from accelerate import PartialState
 from transformers import EarlyStoppingCallback, HfArgumentParser, TrainingArguments, set_seed
 
 from hf_multiencoder import (
@@ -584,3 +585,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 if __name__ == "__main__":
     main()
+    PartialState().destroy_process_group()  # under torchrun: gloo's threads joined before exit, not aborted

@@ -21,6 +21,7 @@ import logging
 import sys
 from dataclasses import dataclass, field
 
+from accelerate import PartialState
 from transformers import HfArgumentParser, TrainingArguments
 
 from hf_multiencoder.data.corpus import CorpusArguments
@@ -74,3 +75,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 if __name__ == "__main__":
     main()
+    PartialState().destroy_process_group()  # under torchrun: gloo's threads joined before exit, not aborted

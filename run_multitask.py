@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 
 import torch
+from accelerate import PartialState
 from transformers import EarlyStoppingCallback, HfArgumentParser, TrainingArguments, set_seed
 
 from hf_multiencoder import MultiEncoderForMultiTask, create_multiencoder_optimizer, freeze_encoders
@@ -322,3 +323,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 if __name__ == "__main__":
     main()
+    PartialState().destroy_process_group()  # under torchrun: gloo's threads joined before exit, not aborted

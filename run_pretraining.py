@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import sys
 
+from accelerate import PartialState
 from transformers import HfArgumentParser, TrainingArguments
 
 from hf_multiencoder.data.corpus import CorpusArguments
@@ -56,3 +57,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 if __name__ == "__main__":
     main()
+    PartialState().destroy_process_group()  # under torchrun: gloo's threads joined before exit, not aborted

@@ -223,6 +223,7 @@ def main(tiny_dir: str, out: str) -> None:
         with open(os.path.join(out, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2, default=str)
     dist.barrier()
+    dist.destroy_process_group()  # gloo's threads joined before the interpreter exits (else std::terminate, SIGABRT)
 
 
 if __name__ == "__main__":
