@@ -266,7 +266,7 @@ def summarize(c: Contestant, batch_size: int, peaks: dict) -> dict:
     row = {
         "contestant": c.name, "bf16": c.bf16, "train": c.train,
         "samples_per_s": round(batch_size / step, 2),
-        "step_ms": round(1000 * step, 1),
+        "step_ms": round(1000 * step, 3),
         "data_ms": round(1000 * med["data"], 2), "fwd_bwd_ms": round(1000 * med["fwd_bwd"], 1),
         "optimizer_ms": round(1000 * med["optimizer"], 1),
         "flop_per_step": int(c.flops),
