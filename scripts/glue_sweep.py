@@ -12,9 +12,12 @@ The protocol (docs/studies.md states it with the numbers):
   pooling; the fast path's precision (fp32 on a CPU without bf16 units, bf16 autocast on a bf16 GPU).
 - Rows (ROWS below): each member alone; the pair fused (concat, dme, cdme); the best member given the pair's compute
   (MPNet for 4 epochs); MPNet alone under the DME head; the seed's levers on CoLA and STS-B (per-member rates, a head
-  rate of 1e-3, member dropout on MiniLM); each member once through plain transformers. The ensemble of the separately
-  tuned members (mean of probabilities; of predictions for STS-B; of word probabilities for NER) is computed from the
-  member rows' stored predictions, per seed, each member at its own chosen epoch.
+  rate of 1e-3, member dropout on MiniLM); each member once through plain transformers. The ensembles of the separately
+  tuned members (mean of probabilities; of predictions for STS-B; of word probabilities for NER) are computed from the
+  member rows' stored predictions, per seed, each member at its own chosen epoch: `ensemble` of the plugin's members,
+  `plain_ensemble` of the plain transformers members.
+- The comparison: the best fused row against the best member (plugin or plain transformers), the best ensemble and
+  the best of all baselines, each chosen by its held-out score.
 
 Each run is its own process writing `runs_dir/TASK/ROW/seed_N/` (default `results/glue_finetuned_runs/`, committed so
 that chunks add up): `result.json` (written last, so a finished run is skipped), `predictions.npz` (the chosen epoch's
@@ -51,6 +54,9 @@ from hf_multiencoder.training.selection import choose_epoch, ensemble, paired_bo
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAIR = ("MiniLM", "MPNet")
+# the ensembles of separately tuned members: row name -> (member rows, note)
+ENSEMBLES = {"ensemble": (PAIR, "mean of the two members' outputs"),
+             "plain_ensemble": (tuple(f"plain_{m}" for m in PAIR), "mean of the two plain members' outputs")}
 GLUE = ("cola", "stsb", "mrpc", "rte")
 LEVER_TASKS = ("cola", "stsb")
 # The split each task reports on (nothing is chosen on it); the others report the GLUE dev set.
@@ -364,26 +370,28 @@ def task_report(args, task: str) -> dict | None:
     dev = {"labels": any_run["dev_labels_1"], "lengths": any_run.get("dev_lengths_1")}
     table = {r: {**row_table(runs), "kind": ROWS[r].kind, "note": ROWS[r].note} for r, runs in rows.items()}
     outputs = {r: {s: chosen_outputs(run, "dev") for s, run in runs.items()} for r, runs in rows.items()}
-    if all(m in rows for m in PAIR):
-        held_labels = heldout_labels(args, task)
-        if held_labels is not None:
-            entry, outputs["ensemble"] = ensemble_table(spec, [rows[m] for m in PAIR],
-                                                        {**dev, **held_labels})
-            table["ensemble"] = {**entry, "kind": "ensemble", "note": "mean of the two members' outputs"}
+    held_labels = None
+    for name, (members, note) in ENSEMBLES.items():
+        if all(m in rows for m in members) and set.intersection(*(set(rows[m]) for m in members)):
+            held_labels = held_labels or heldout_labels(args, task)
+            entry, outputs[name] = ensemble_table(spec, [rows[m] for m in members], {**dev, **held_labels})
+            table[name] = {**entry, "kind": "ensemble", "note": note}
     report = {"metric": spec.main_metric, "rows": table,
               "hardware": sorted({f"{r['gpu'] or r['device']} "
                                   f"({'bf16 autocast' if r['precision']['bf16'] else 'fp32'})"
                                   for runs in rows.values() for r, _ in runs.values()})}
     # the comparison: best fused row and best baseline, both chosen on the held-out slice
     fused = [r for r in table if table[r]["kind"] == "fused" and table[r]["heldout"]]
-    members = [r for r in table if table[r]["kind"] == "member"]
-    baselines = [r for r in table if table[r]["kind"] in ("member", "ensemble", "baseline")]
-    if fused and members:
+    def best(kinds):
+        candidates = [r for r in table if table[r]["kind"] in kinds and table[r]["heldout"]]
+        return max(candidates, key=lambda r: table[r]["heldout"]["mean"]) if candidates else None
+
+    best_m = best(("member", "plain"))  # a member tuned alone, through the plugin or plain transformers
+    if fused and best_m:
         best_f = max(fused, key=lambda r: table[r]["heldout"]["mean"])
-        best_m = max(members, key=lambda r: table[r]["heldout"]["mean"])
-        best_b = max(baselines, key=lambda r: table[r]["heldout"]["mean"])
+        best_b = best(("member", "plain", "ensemble", "baseline"))
         comparison = {"fused": best_f, "best_member": best_m, "best_baseline": best_b}
-        for name, other in (("vs_best_member", best_m), ("vs_ensemble", "ensemble" if "ensemble" in table else None),
+        for name, other in (("vs_best_member", best_m), ("vs_ensemble", best(("ensemble",))),
                             ("vs_best_baseline", best_b)):
             if other is None:
                 continue
@@ -402,7 +410,7 @@ def task_report(args, task: str) -> dict | None:
     return report
 
 
-def heldout_labels(args, task: str) -> dict | None:
+def heldout_labels(args, task: str) -> dict:
     """The held-out slice's gold labels (and sentence lengths for token tasks), read from the data (the runs store
     only their outputs on it)."""
     splits, spec = study_splits(task, args.data_dir, max_samples=args.max_samples)
