@@ -380,15 +380,14 @@ def task_report(args, task: str) -> dict | None:
               "hardware": sorted({f"{r['gpu'] or r['device']} "
                                   f"({'bf16 autocast' if r['precision']['bf16'] else 'fp32'})"
                                   for runs in rows.values() for r, _ in runs.values()})}
-    # the comparison: best fused row and best baseline, both chosen on the held-out slice
-    fused = [r for r in table if table[r]["kind"] == "fused" and table[r]["heldout"]]
+    # the comparison: the best fused row against the best rows of each baseline kind, chosen on the held-out slice
     def best(kinds):
         candidates = [r for r in table if table[r]["kind"] in kinds and table[r]["heldout"]]
         return max(candidates, key=lambda r: table[r]["heldout"]["mean"]) if candidates else None
 
+    best_f = best(("fused",))
     best_m = best(("member", "plain"))  # a member tuned alone, through the plugin or plain transformers
-    if fused and best_m:
-        best_f = max(fused, key=lambda r: table[r]["heldout"]["mean"])
+    if best_f and best_m:
         best_b = best(("member", "plain", "ensemble", "baseline"))
         comparison = {"fused": best_f, "best_member": best_m, "best_baseline": best_b}
         for name, other in (("vs_best_member", best_m), ("vs_ensemble", best(("ensemble",))),
