@@ -388,7 +388,8 @@ def task_report(args, task: str) -> dict | None:
     best_f = best(("fused",))
     best_m = best(("member", "plain"))  # a member tuned alone, through the plugin or plain transformers
     if best_f and best_m:
-        best_b = best(("member", "plain", "ensemble", "baseline"))
+        # any row without the second member: a member, an ensemble, MPNet given more compute or the fused rows' head
+        best_b = best(("member", "plain", "ensemble", "baseline", "control"))
         comparison = {"fused": best_f, "best_member": best_m, "best_baseline": best_b}
         for name, other in (("vs_best_member", best_m), ("vs_ensemble", best(("ensemble",))),
                             ("vs_best_baseline", best_b)):

@@ -13,9 +13,9 @@ SCRIPT = "scripts/glue_sweep.py"
 
 
 def sweep_args(tiny_paths, shared_data, tmp_path, *extra) -> list[str]:
-    return [str(a) for a in ("--tasks", "cola", "wnut17", "--rows", "MiniLM", "MPNet", "dme", "plain_MiniLM",
-                             "plain_MPNet", "--seeds", 1, 2, "--workers", 2, "--data_dir", shared_data, "--member",
-                             f"MiniLM={tiny_paths[0]}", "--member", f"MPNet={tiny_paths[1]}", "--runs_dir",
+    return [str(a) for a in ("--tasks", "cola", "wnut17", "--rows", "MiniLM", "MPNet", "dme", "MPNet_dme",
+                             "plain_MiniLM", "plain_MPNet", "--seeds", 1, 2, "--workers", 2, "--data_dir", shared_data,
+                             "--member", f"MiniLM={tiny_paths[0]}", "--member", f"MPNet={tiny_paths[1]}", "--runs_dir",
                              tmp_path / "runs", "--results", tmp_path / "results", "--max_samples", 48,
                              "--max_seq_length", 48, "--bootstrap", 20, "--checkpoints_dir", tmp_path / "checkpoints",
                              *extra)]
@@ -42,7 +42,7 @@ def test_sweep_chooses_on_the_heldout_slice_reports_baselines_and_resumes(tiny_p
                                                                          kill_after_first_checkpoint):
     out = sweep("--models_dir", tmp_path / "models")
     # plain transformers runs sequence tasks once (first seed); NER has no plain row
-    assert out.count(": ok in ") == 3 * 2 * 2 + 2, out
+    assert out.count(": ok in ") == 4 * 2 * 2 + 2, out
     report = json.loads((tmp_path / "results" / "glue_finetuned.json").read_text())
     assert report["protocol"]["heldout_fraction"] == 0.1 and report["protocol"]["max_samples"] == 48
     tasks = report["tasks"]
@@ -50,7 +50,7 @@ def test_sweep_chooses_on_the_heldout_slice_reports_baselines_and_resumes(tiny_p
     for task, rep in tasks.items():
         rows = rep["rows"]
         plain = {"plain_MiniLM", "plain_MPNet", "plain_ensemble"} if task == "cola" else set()
-        assert set(rows) == {"MiniLM", "MPNet", "dme", "ensemble"} | plain
+        assert set(rows) == {"MiniLM", "MPNet", "dme", "MPNet_dme", "ensemble"} | plain
         for name in ("MiniLM", "MPNet", "dme"):
             run = json.loads((tmp_path / "runs" / task / name / "seed_1" / "result.json").read_text())
             held = [e["heldout"] for e in run["epochs"]]
@@ -75,10 +75,11 @@ def test_sweep_chooses_on_the_heldout_slice_reports_baselines_and_resumes(tiny_p
         def best(*kinds):  # the strongest row of these kinds by its held-out score
             return max((r for r in rows if rows[r]["kind"] in kinds), key=lambda r: rows[r]["heldout"]["mean"])
 
-        # members tuned through plain transformers count as members, their ensemble as an ensemble
+        # members tuned through plain transformers count as members, their ensemble as an ensemble; MPNet under the
+        # fused rows' head (a control) counts as a baseline
         assert comp["vs_best_member"]["against"] == best("member", "plain")
         assert comp["vs_ensemble"]["against"] == best("ensemble")
-        assert comp["best_baseline"] == best("member", "plain", "ensemble", "baseline")
+        assert comp["best_baseline"] == best("member", "plain", "ensemble", "baseline", "control")
         vs_member = comp["vs_best_member"]  # on the seeds both rows ran (plain rows run the first only)
         assert vs_member["n_seeds"] == len(rows[vs_member["against"]]["seeds"]) == len(vs_member["per_seed"])
         boot = comp["bootstrap_vs_best_baseline"]
@@ -104,7 +105,7 @@ def test_sweep_chooses_on_the_heldout_slice_reports_baselines_and_resumes(tiny_p
                                 tmp_path / "checkpoints" / "cola" / "dme" / "seed_2")
     assert not (seed_2 / "result.json").exists(), "the run finished before it could be cut"
     again = sweep()
-    assert again.count(": ok in ") == 1 and again.count("skip ") == 13, again
+    assert again.count(": ok in ") == 1 and again.count("skip ") == 17, again
     assert "cola/dme/seed 2: ok" in again and "Resuming from" in (seed_2 / "log.txt").read_text()
     resumed = json.loads((seed_2 / "result.json").read_text())
     assert resumed["resumed_after_epochs"] >= 1 and len(resumed["epochs"]) == 3
