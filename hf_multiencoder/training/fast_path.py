@@ -62,7 +62,7 @@ def apply_fast_path(training_args, argv: list[str] | None = None, fast_path: str
     pays, why = bf16_pays(device_type)
     if fast_path == "off" or not fast_path_enabled():
         mode = "off" if fast_path == "off" else f"off ({FAST_PATH_ENV})"
-        reason = "the fast path is off: precision and optimizer as given"
+        reason = "precision and optimizer as given"
     else:
         mode = "auto"
         if given & {"bf16", "fp16"}:
