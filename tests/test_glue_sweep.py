@@ -100,7 +100,7 @@ def test_sweep_chooses_on_the_heldout_slice_reports_baselines_and_resumes(tiny_p
     assert whole["resumed_after_epochs"] == 0 and len(whole["epochs"]) == 3
     os.remove(seed_2 / "result.json")
     sweep("--report_only")  # what has finished, said to be partial
-    assert "**Partial: 13 of the 14 runs" in (tmp_path / "results" / "glue_finetuned.md").read_text()
+    assert "**Partial: 17 of the 18 runs" in (tmp_path / "results" / "glue_finetuned.md").read_text()
     kill_after_first_checkpoint(SCRIPT, sweep_args(tiny_paths, shared_data, tmp_path),
                                 tmp_path / "checkpoints" / "cola" / "dme" / "seed_2")
     assert not (seed_2 / "result.json").exists(), "the run finished before it could be cut"
