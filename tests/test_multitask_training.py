@@ -359,6 +359,7 @@ with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
     json.dump({"seen": seen, "steps": trainer.task_sampler.step_tasks(0)[:5], "world": args.world_size,
                "head": model.heads["acc"].weight.sum().item(),
                "scorer": model.multiencoder.fusion.scorer.weight.sum().item()}, f)
+torch.distributed.barrier()  # neither process tears gloo down while the other is still in a collective
 torch.distributed.destroy_process_group()  # gloo's threads joined before exit (else std::terminate, SIGABRT)
 '''
 
