@@ -12,7 +12,9 @@ The protocol (docs/studies.md states it with the numbers):
   pooling; the fast path's precision (fp32 on a CPU without bf16 units, bf16 autocast on a bf16 GPU).
 - Rows (ROWS below): each member alone; the pair fused (concat, dme, cdme); the best member given the pair's compute
   (MPNet for 4 epochs); MPNet alone under the DME head; the seed's levers on CoLA and STS-B (per-member rates, a head
-  rate of 1e-3, member dropout on MiniLM); each member once through plain transformers. The ensembles of the separately
+  rate of 1e-3, member dropout on MiniLM); each member once through plain transformers
+  (`AutoModelForSequenceClassification`; `AutoModelForTokenClassification` for NER, scored per word at its first
+  sub-token). The ensembles of the separately
   tuned members (mean of probabilities; of predictions for STS-B; of word probabilities for NER) are computed from the
   member rows' stored predictions, per seed, each member at its own chosen epoch: `ensemble` of the plugin's members,
   `plain_ensemble` of the plain transformers members.
@@ -94,8 +96,8 @@ ROWS = {
                        note="DME, fusion and head at 1e-3"),
     "dme_member_dropout": Row(PAIR, "lever", "dme", encoder_dropout=(0.3, None), tasks=LEVER_TASKS,
                               note="DME, dropout 0.3 in MiniLM"),
-    "plain_MiniLM": Row(("MiniLM",), "plain", tasks=GLUE, seeds=1, note="MiniLM through plain transformers"),
-    "plain_MPNet": Row(("MPNet",), "plain", tasks=GLUE, seeds=1, note="MPNet through plain transformers"),
+    "plain_MiniLM": Row(("MiniLM",), "plain", seeds=1, note="MiniLM through plain transformers"),
+    "plain_MPNet": Row(("MPNet",), "plain", seeds=1, note="MPNet through plain transformers"),
 }
 DEFAULT_ROWS = list(ROWS)
 
@@ -103,8 +105,6 @@ DEFAULT_ROWS = list(ROWS)
 def row_applies(row: str, task: str, seed_index: int) -> bool:
     spec = ROWS[row]
     if spec.tasks is not None and task not in spec.tasks:
-        return False
-    if spec.kind == "plain" and get_task(task).kind == "token":
         return False
     return spec.seeds is None or seed_index < spec.seeds
 
@@ -114,7 +114,9 @@ def run_one(task: str, row_name: str, seed: int, args) -> None:
     import torch
     from transformers import (
         AutoModelForSequenceClassification,
+        AutoModelForTokenClassification,
         AutoTokenizer,
+        DataCollatorForTokenClassification,
         DataCollatorWithPadding,
         Trainer,
         set_seed,
@@ -163,8 +165,11 @@ def run_one(task: str, row_name: str, seed: int, args) -> None:
     pad = 8 if training_args.bf16 else None
     if plain:
         # float32 weights whatever the checkpoint stores, as `from_encoders` loads the members
-        model = AutoModelForSequenceClassification.from_pretrained(paths[names[0]], dtype=torch.float32, **labels)
-        optimizers, collator = (None, None), DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad)
+        token = spec.kind == "token"
+        auto_cls = AutoModelForTokenClassification if token else AutoModelForSequenceClassification
+        model = auto_cls.from_pretrained(paths[names[0]], dtype=torch.float32, **labels)
+        collator_cls = DataCollatorForTokenClassification if token else DataCollatorWithPadding
+        optimizers, collator = (None, None), collator_cls(tokenizer, pad_to_multiple_of=pad)
     else:
         model_cls = MultiEncoderForTokenClassification if spec.kind == "token" else \
             MultiEncoderForSequenceClassification

@@ -41,16 +41,16 @@ def sweep(tiny_paths, shared_data, tmp_path, script_main, capsys, monkeypatch):
 def test_sweep_chooses_on_the_heldout_slice_reports_baselines_and_resumes(tiny_paths, shared_data, tmp_path, sweep,
                                                                          kill_after_first_checkpoint):
     out = sweep("--models_dir", tmp_path / "models")
-    # plain transformers runs sequence tasks once (first seed); NER has no plain row
-    assert out.count(": ok in ") == 4 * 2 * 2 + 2, out
+    # plain transformers runs each member once (first seed), NER through AutoModelForTokenClassification
+    assert out.count(": ok in ") == 4 * 2 * 2 + 2 * 2, out
     report = json.loads((tmp_path / "results" / "glue_finetuned.json").read_text())
     assert report["protocol"]["heldout_fraction"] == 0.1 and report["protocol"]["max_samples"] == 48
     tasks = report["tasks"]
     assert set(tasks) == {"cola", "wnut17"}
     for task, rep in tasks.items():
         rows = rep["rows"]
-        plain = {"plain_MiniLM", "plain_MPNet", "plain_ensemble"} if task == "cola" else set()
-        assert set(rows) == {"MiniLM", "MPNet", "dme", "MPNet_dme", "ensemble"} | plain
+        assert set(rows) == {"MiniLM", "MPNet", "dme", "MPNet_dme", "ensemble", "plain_MiniLM", "plain_MPNet",
+                             "plain_ensemble"}
         for name in ("MiniLM", "MPNet", "dme"):
             run = json.loads((tmp_path / "runs" / task / name / "seed_1" / "result.json").read_text())
             held = [e["heldout"] for e in run["epochs"]]
@@ -68,7 +68,7 @@ def test_sweep_chooses_on_the_heldout_slice_reports_baselines_and_resumes(tiny_p
                 assert not any(k.startswith("dev_outputs_") and k != f"dev_outputs_{chosen}" for k in stored)
         weights = rows["dme"]["fusion_weights"]
         assert set(weights) == {"MiniLM", "MPNet"} and abs(sum(weights.values()) - 1) < 1e-4  # a float32 softmax
-        assert rows["ensemble"]["seeds"] == [1, 2] and (not plain or rows["plain_ensemble"]["seeds"] == [1])
+        assert rows["ensemble"]["seeds"] == [1, 2] and rows["plain_ensemble"]["seeds"] == [1]
         comp = rep["comparison"]
         assert comp["fused"] == "dme"
 
@@ -100,12 +100,12 @@ def test_sweep_chooses_on_the_heldout_slice_reports_baselines_and_resumes(tiny_p
     assert whole["resumed_after_epochs"] == 0 and len(whole["epochs"]) == 3
     os.remove(seed_2 / "result.json")
     sweep("--report_only")  # what has finished, said to be partial
-    assert "**Partial: 17 of the 18 runs" in (tmp_path / "results" / "glue_finetuned.md").read_text()
+    assert "**Partial: 19 of the 20 runs" in (tmp_path / "results" / "glue_finetuned.md").read_text()
     kill_after_first_checkpoint(SCRIPT, sweep_args(tiny_paths, shared_data, tmp_path),
                                 tmp_path / "checkpoints" / "cola" / "dme" / "seed_2")
     assert not (seed_2 / "result.json").exists(), "the run finished before it could be cut"
     again = sweep()
-    assert again.count(": ok in ") == 1 and again.count("skip ") == 17, again
+    assert again.count(": ok in ") == 1 and again.count("skip ") == 19, again
     assert "cola/dme/seed 2: ok" in again and "Resuming from" in (seed_2 / "log.txt").read_text()
     resumed = json.loads((seed_2 / "result.json").read_text())
     assert resumed["resumed_after_epochs"] >= 1 and len(resumed["epochs"]) == 3

@@ -3,8 +3,10 @@ bootstrap."""
 
 import numpy as np
 import pytest
-from datasets import Dataset
+from datasets import Dataset, DatasetDict
+from transformers import AutoTokenizer
 
+from hf_multiencoder.data.loading import tokenize_task
 from hf_multiencoder.data.tasks import get_task
 from hf_multiencoder.training.selection import (
     ensemble,
@@ -47,6 +49,49 @@ def test_prediction_arrays_sequence_and_token():
     assert out["outputs"].shape == (5, n_labels) and list(out["lengths"]) == [2, 3]
     assert out["outputs"].argmax(-1).tolist() == [1, 2, 1, 0, 0]
     assert score_outputs(ner, out["outputs"], out["labels"], out["lengths"]) == pytest.approx(1.0)
+
+
+def test_a_plain_token_classifier_is_scored_per_word_like_the_multi_encoder(tiny_paths):
+    """A plain tokenizer's token task: each tag on the word's first sub-token (-100 elsewhere); the predictions read
+    back one row per gold word, "O" for a word the model never saw (no sub-token, or cut off by max_length)."""
+    ner = get_task("wnut17")
+    tags = {t: ner.label_list.index(t) for t in ("O", "B-person", "I-person", "B-location")}
+    words = [["Johnny", "Smithers", "\u200b", "visited", "Paris"], ["Paris"] + ["x"] * 20]
+    gold = [[tags["B-person"], tags["I-person"], tags["O"], tags["O"], tags["B-location"]],
+            [tags["B-location"]] + [tags["O"]] * 19 + [tags["B-person"]]]
+    raw = DatasetDict({"dev": Dataset.from_dict({"tokens": words, "ner_tags": gold})})
+    tokenizer = AutoTokenizer.from_pretrained(tiny_paths[0])  # BERT: "\u200b" has no sub-token
+    data = tokenize_task(raw, ner, tokenizer, max_length=12, add_length=False)["dev"]
+    assert set(data.column_names) == {"input_ids", "attention_mask", "token_type_ids", "labels", "word_starts",
+                                      "word_labels"}
+    for i, starts in enumerate(data["word_starts"]):
+        word_ids = tokenizer(words[i], is_split_into_words=True, truncation=True, max_length=12).word_ids()
+        seen = [w for w in range(len(words[i])) if w in word_ids]
+        assert [s for s in starts if s >= 0] == [word_ids.index(w) for w in seen]  # the first sub-token of each
+        labels = data["labels"][i]
+        assert [labels[s] for s in starts if s >= 0] == [gold[i][w] for w in seen]
+        assert sum(label != -100 for label in labels) == len(seen)  # the other sub-tokens carry no tag
+    assert data["word_starts"][0][2] == -1 and data["word_starts"][1][-1] == -1  # no sub-token; cut off
+
+    # logits that put each word's tag on its first sub-token and "B-person" everywhere else
+    width = max(len(ids) for ids in data["input_ids"])
+    logits = np.zeros((2, width, len(ner.label_list)))
+    logits[..., tags["B-person"]] = 3.0
+    for i, starts in enumerate(data["word_starts"]):
+        for w, s in enumerate(starts):
+            if s >= 0:
+                logits[i, s, gold[i][w]] = 9.0
+    labels = np.full((2, width), -100)
+    out = prediction_arrays(logits, labels, ner, word_starts=data["word_starts"], word_labels=data["word_labels"])
+    assert list(out["lengths"]) == [5, 21] and out["labels"].tolist() == gold[0] + gold[1]
+    pred = out["outputs"].argmax(-1).tolist()
+    assert pred == gold[0] + gold[1][:-1] + [tags["O"]]  # the cut-off person is "O": entity F1 < 1
+    assert score_outputs(ner, out["outputs"], out["labels"], out["lengths"]) == pytest.approx(2 * 3 / (3 + 4))
+    with pytest.raises(ValueError, match="together"):
+        prediction_arrays(logits, labels, ner, word_starts=data["word_starts"])
+    with pytest.raises(ValueError, match="word_starts has 1 examples but the predictions 2"):
+        prediction_arrays(logits, labels, ner, word_starts=data["word_starts"][:1],
+                          word_labels=data["word_labels"][:1])
 
 
 def test_ensemble_and_paired_bootstrap():

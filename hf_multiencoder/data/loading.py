@@ -851,20 +851,38 @@ def tokenize_task(
     """Tokenize a loaded task for the model: its text columns become the tokenizer's inputs, the label column
     `label` (sequence tasks) or `labels` (token tasks, one per word); the text and raw label columns are removed.
 
-    Works with a `MultiEncoderTokenizer` (per-member inputs) and with a plain tokenizer (a one-model baseline; token
-    tasks need the multi-tokenizer's word ids). `add_length` adds a `length` column (the longest member's length),
-    which `--group_by_length` samplers read and `MultiEncoderDataCollator` leaves out of the batch.
-    `map_kwargs` go to `datasets.map` (`desc`, `num_proc`, ...).
+    Works with a `MultiEncoderTokenizer` (per-member inputs; token tasks keep one label per word) and with a plain
+    (fast) tokenizer, a one-model baseline for `AutoModelFor...`: for token tasks each word's tag goes on its first
+    sub-token and -100 on the rest, as in transformers' token-classification example, and two columns the model does
+    not read keep the words for scoring: `word_starts` (each word's first sub-token, -1 for a word cut off by
+    `max_length` or with no sub-token) and `word_labels` (every word's tag); `EpochPredictions` reads them.
+    `add_length` adds a `length` column (the longest member's length), which `--group_by_length` samplers read and
+    `MultiEncoderDataCollator` leaves out of the batch. `map_kwargs` go to `datasets.map` (`desc`, `num_proc`, ...).
     """
     multi = hasattr(tokenizer, "num_encoders")
-    if spec.kind == "token" and not multi:
-        raise ValueError("Token tasks need a MultiEncoderTokenizer (word ids per member).")
+    if spec.kind == "token" and not multi and not getattr(tokenizer, "is_fast", False):
+        raise ValueError(f"Token tasks with one model need a fast tokenizer (its word ids align the tags to "
+                         f"sub-tokens); {type(tokenizer).__name__} is not one: load it with "
+                         f"AutoTokenizer.from_pretrained(path) (fast by default) or use a MultiEncoderTokenizer.")
 
     def preprocess(examples):
         if spec.kind == "token":
             enc = tokenizer(examples["tokens"], is_split_into_words=True, truncation=True, max_length=max_length,
                             padding=padding)
-            enc["labels"] = examples["ner_tags"]
+            if multi:
+                enc["labels"] = examples["ner_tags"]
+            else:
+                enc["labels"], enc["word_starts"] = [], []
+                for i, tags in enumerate(examples["ner_tags"]):
+                    word_ids = enc.word_ids(i)
+                    starts = [-1] * len(tags)
+                    for position, word in enumerate(word_ids):
+                        if word is not None and starts[word] < 0:
+                            starts[word] = position
+                    enc["labels"].append([tags[w] if w is not None and starts[w] == p else -100
+                                          for p, w in enumerate(word_ids)])
+                    enc["word_starts"].append(starts)
+                enc["word_labels"] = examples["ner_tags"]
         else:
             pairs = examples["sentence2"] if spec.is_pair else None
             enc = tokenizer(examples["sentence1"], text_pair=pairs, truncation=True, max_length=max_length,

@@ -44,17 +44,40 @@ def _softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def prediction_arrays(predictions, label_ids, spec: TaskSpec, num_members: int | None = None) -> dict:
+def prediction_arrays(predictions, label_ids, spec: TaskSpec, num_members: int | None = None,
+                      word_starts: Sequence[Sequence[int]] | None = None,
+                      word_labels: Sequence[Sequence[int]] | None = None) -> dict:
     """A `Trainer.predict` output as flat arrays a study can average and score.
 
     Sequence tasks: `{"outputs": (n, labels) probabilities or (n,) scores, "labels": (n,)}`. Token tasks, one row
     per gold word: `{"outputs": (words, labels) probabilities, "labels": (words,), "lengths": (n,)}`; a word no member
     saw (all cut it off) gets the probability 1 for "O", as `word_tags` tags it. With `num_members`, `"weights"`: each
     member's fusion weight per example (per word), when the model returns them.
+
+    A one-model token classifier (`AutoModelForTokenClassification`) predicts sub-tokens: pass the `word_starts` and
+    `word_labels` columns `tokenize_task` gives a plain tokenizer's token task, and each word takes its first
+    sub-token's probabilities ("O" for a word the model did not see), so its rows line up with the multi-encoder's.
     """
     logits, weights, word_mask = _split_outputs(predictions, spec, num_members)
     labels = np.asarray(label_ids[0] if isinstance(label_ids, (tuple, list)) else label_ids)
     logits = logits.astype(np.float64)
+    if (word_starts is None) != (word_labels is None):
+        raise ValueError("Pass word_starts and word_labels together (the columns tokenize_task adds for a plain "
+                         "tokenizer's token task).")
+    if spec.kind == "token" and word_starts is not None:
+        if len(word_starts) != len(logits):
+            raise ValueError(f"word_starts has {len(word_starts)} examples but the predictions {len(logits)}: pass "
+                             f"the columns of the dataset that was predicted.")
+        probs = _softmax(logits)
+        unseen = np.eye(probs.shape[-1])[spec.label_list.index("O")]
+        outputs = []
+        for row, starts in zip(probs, word_starts):
+            starts = np.asarray(starts, dtype=np.int64).reshape(-1)
+            words = row[np.maximum(starts, 0)]
+            words[starts < 0] = unseen
+            outputs.append(words)
+        return {"outputs": np.concatenate(outputs), "labels": np.concatenate([np.asarray(t, dtype=np.int64).reshape(
+            -1) for t in word_labels]), "lengths": np.array([len(t) for t in word_labels])}
     if spec.kind == "token":
         keep = labels != -100
         probs = _softmax(logits[:, :keep.shape[1]])
@@ -102,6 +125,10 @@ class EpochPredictions(TrainerCallback):
     def __init__(self, datasets: Mapping[str, object], spec: TaskSpec, num_members: int | None = None,
                  on_epoch: Callable[[int, dict], None] | None = None):
         self.datasets, self.spec, self.num_members, self.on_epoch = dict(datasets), spec, num_members, on_epoch
+        # a plain tokenizer's token task: the words each sub-token prediction belongs to (see `tokenize_task`)
+        self._words = {name: {key: list(dataset[key]) for key in ("word_starts", "word_labels")}
+                       for name, dataset in self.datasets.items()
+                       if "word_starts" in (getattr(dataset, "column_names", None) or ())}
         self.trainer = None
         self.epochs: list[dict] = []
         self.steps: list[int] = []
@@ -113,7 +140,8 @@ class EpochPredictions(TrainerCallback):
         arrays = {}
         for name, dataset in self.datasets.items():
             out = self.trainer.predict(dataset, metric_key_prefix=name)
-            arrays[name] = prediction_arrays(out.predictions, out.label_ids, self.spec, self.num_members)
+            arrays[name] = prediction_arrays(out.predictions, out.label_ids, self.spec, self.num_members,
+                                             **self._words.get(name, {}))
         self.epochs.append(arrays)
         self.steps.append(state.global_step)
         if self.on_epoch is not None:
