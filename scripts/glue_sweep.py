@@ -11,7 +11,8 @@ The protocol (docs/studies.md states it with the numbers):
 - 3 epochs, batch 32, learning rate 2e-5 (linear decay, 10% warm-up, weight decay 0.01), max_seq_length 128, mean
   pooling; the fast path's precision (fp32 on a CPU without bf16 units, bf16 autocast on a bf16 GPU).
 - Rows (ROWS below): each member alone; the pair fused (concat, dme, cdme); the best member given the pair's compute
-  (MPNet for 4 epochs); MPNet alone under the DME head; the seed's levers on CoLA and STS-B (per-member rates, a head
+  (MPNet for 4 epochs); MPNet alone under the DME head, and (CoLA, STS-B) with its linear head at 1e-3 as the shipped
+  single-member configs train it; the seed's levers on CoLA and STS-B (per-member rates, a head
   rate of 1e-3, member dropout on MiniLM); each member once through plain transformers
   (`AutoModelForSequenceClassification`; `AutoModelForTokenClassification` for NER, scored per word at its first
   sub-token). The ensembles of the separately
@@ -90,6 +91,9 @@ ROWS = {
     "cdme": Row(PAIR, "fused", "cdme", note="the pair, contextual DME"),
     "MPNet_4ep": Row(("MPNet",), "baseline", epochs=4, note="MPNet given the pair's compute (4 epochs)"),
     "MPNet_dme": Row(("MPNet",), "control", "dme", note="MPNet alone under the DME head"),
+    # the shipped single-member configs' setting: is the 1e-3 head the plugin's answer to MPNet's weak linear head?
+    "MPNet_head_lr": Row(("MPNet",), "control", head_learning_rate=1e-3, tasks=LEVER_TASKS,
+                         note="MPNet alone, head at 1e-3"),
     "dme_member_lr": Row(PAIR, "lever", "dme", encoder_learning_rates=(5e-5, 2e-5), tasks=LEVER_TASKS,
                          note="DME, MiniLM at 5e-5 (MPNet 2e-5)"),
     "dme_head_lr": Row(PAIR, "lever", "dme", head_learning_rate=1e-3, tasks=LEVER_TASKS,
