@@ -92,6 +92,9 @@ def test_a_plain_token_classifier_is_scored_per_word_like_the_multi_encoder(tiny
     with pytest.raises(ValueError, match="word_starts has 1 examples but the predictions 2"):
         prediction_arrays(logits, labels, ner, word_starts=data["word_starts"][:1],
                           word_labels=data["word_labels"][:1])
+    with pytest.raises(ValueError, match="for token tasks; rte is a"):  # never silently ignored
+        prediction_arrays(np.zeros((2, 2)), np.array([0, 1]), get_task("rte"), word_starts=data["word_starts"],
+                          word_labels=data["word_labels"])
 
 
 def test_ensemble_and_paired_bootstrap():

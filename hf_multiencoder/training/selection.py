@@ -64,7 +64,10 @@ def prediction_arrays(predictions, label_ids, spec: TaskSpec, num_members: int |
     if (word_starts is None) != (word_labels is None):
         raise ValueError("Pass word_starts and word_labels together (the columns tokenize_task adds for a plain "
                          "tokenizer's token task).")
-    if spec.kind == "token" and word_starts is not None:
+    if word_starts is not None and spec.kind != "token":
+        raise ValueError(f"word_starts and word_labels are for token tasks; {spec.name} is a {spec.kind} task: "
+                         f"leave them out.")
+    if word_starts is not None:  # a one-model token classifier: sub-token outputs back to words
         if len(word_starts) != len(logits):
             raise ValueError(f"word_starts has {len(word_starts)} examples but the predictions {len(logits)}: pass "
                              f"the columns of the dataset that was predicted.")
