@@ -5,6 +5,7 @@ redoing finished runs."""
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -100,7 +101,9 @@ def test_sweep_chooses_on_the_heldout_slice_reports_baselines_and_resumes(tiny_p
     assert whole["resumed_after_epochs"] == 0 and len(whole["epochs"]) == 3
     os.remove(seed_2 / "result.json")
     sweep("--report_only")  # what has finished, said to be partial
-    assert "**Partial: 19 of the 20 runs" in (tmp_path / "results" / "glue_finetuned.md").read_text()
+    partial = (tmp_path / "results" / "glue_finetuned.md").read_text()
+    assert "**Partial: 19 of the 20 runs" in partial
+    assert re.search(r"the rest is about \d+\.\d hours of training\.", partial)  # priced at cola/dme's seed 1
     kill_after_first_checkpoint(SCRIPT, sweep_args(tiny_paths, shared_data, tmp_path),
                                 tmp_path / "checkpoints" / "cola" / "dme" / "seed_2")
     assert not (seed_2 / "result.json").exists(), "the run finished before it could be cut"
@@ -122,6 +125,23 @@ def test_sweep_refuses_unknown_members_and_tasks(tmp_path, script_main, capsys):
     assert "--member takes NAME=PATH with NAME one of MiniLM, MPNet" in capsys.readouterr().err
     with pytest.raises(ValueError, match="colaa"):
         main(["--tasks", "colaa", "--report_only", "--runs_dir", str(tmp_path)])
+
+
+def test_partial_report_prices_the_runs_left_at_the_measured_rates(script_main):
+    """A missing run costs its row's measured mean on its task; a row not run there yet, the per-epoch mean of the
+    task's rows with the same members times its epochs; a task with no run of the members is counted, not priced."""
+    import sys
+
+    script_main(SCRIPT)
+    remaining_hours = sys.modules["script_glue_sweep"].remaining_hours
+    reports = {"cola": {"rows": {"MPNet": {"train_seconds": 4800.0}, "MPNet_dme": {"train_seconds": 6000.0},
+                                 "dme": {"train_seconds": 7200.0}, "ensemble": {}}}}
+    missing = [("cola", "dme", 2),  # its own row: 2 h
+               ("cola", "MPNet_4ep", 1),  # MPNet's rows average 0.5 h an epoch: 2 h for 4
+               ("cola", "concat", 1),  # the pair's rows: 2 h
+               ("stsb", "MPNet", 1), ("cola", "MiniLM", 1)]  # no run of these members on the task
+    hours, unmeasured = remaining_hours(reports, missing)
+    assert hours == pytest.approx(6.0) and unmeasured == 2
 
 
 def assert_kept_model_predicts_as_its_chosen_epoch(tmp_path, shared_data):
