@@ -449,7 +449,9 @@ def markdown(reports: dict, args) -> str:
     if missing:
         hours, unmeasured = remaining_hours(reports, missing)
         cost = f" At the rates measured so far the rest is about {hours:.1f} hours of training"
-        cost += f" ({unmeasured} of them on a task with no run of their members yet, not counted)." if unmeasured else "."
+        if unmeasured:
+            cost += f", besides {unmeasured} runs whose members have not run on their task yet"
+        cost += "."
         lines += [f"**Partial: {len(expected) - len(missing)} of the {len(expected)} runs of these tasks, rows and "
                   f"seeds have finished; the comparisons below are not the study's answer until all have.**{cost}", ""]
     for task, rep in reports.items():
