@@ -532,7 +532,7 @@ def main(argv: list[str] | None = None):
     ap.add_argument("--tasks", nargs="+", default=[*GLUE, "wnut17"])
     ap.add_argument("--rows", nargs="+", default=DEFAULT_ROWS, choices=list(ROWS))
     # 3 seeds: 5 seeds of every row cost some 300 hours of a 2-core CPU (the partial report prices what is left);
-    # with a GPU lent, `--seeds 1 2 3 4 5` runs the protocol's 5
+    # on a GPU, `--seeds 1 2 3 4 5` runs the protocol's 5
     ap.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     ap.add_argument("--workers", type=int, default=1, help="Runs at once (each its own process).")
     ap.add_argument("--member", action="append", default=[], help="NAME=PATH: load member NAME from PATH.")
