@@ -14,11 +14,11 @@ The protocol (docs/studies.md states it with the numbers):
 - Rows (ROWS below): each member alone; the pair fused (concat, dme, cdme); the best member given the pair's compute
   (MPNet for 4 epochs); MPNet alone under the DME head, and (CoLA, STS-B, WNUT-17) with its linear head at 1e-3 as
   the shipped single-member configs train it; the seed's levers on CoLA and STS-B (per-member rates, a head rate of
-  1e-3, member dropout on MiniLM; the head rate on WNUT-17 too); each member once through plain transformers (`AutoModelForSequenceClassification`;
-  `AutoModelForTokenClassification` for NER, scored per word at its first sub-token). The ensembles of the separately
-  tuned members (mean of probabilities; of predictions for STS-B; of word probabilities for NER) are computed from the
-  member rows' stored predictions, per seed, each member at its own chosen epoch: `ensemble` of the plugin's members,
-  `plain_ensemble` of the plain transformers members.
+  1e-3, member dropout on MiniLM; the head rate on WNUT-17 too); each member once through plain transformers
+  (`AutoModelForSequenceClassification`; `AutoModelForTokenClassification` for NER, scored per word at its first
+  sub-token). The ensembles of the separately tuned members (mean of probabilities; of predictions for STS-B; of word
+  probabilities for NER) are computed from the member rows' stored predictions, per seed, each member at its own
+  chosen epoch: `ensemble` of the plugin's members, `plain_ensemble` of the plain transformers members.
 - The comparison: the best fused row against the best member (plugin or plain transformers), the best ensemble and
   the best of all baselines, each chosen by its held-out score.
 
