@@ -12,13 +12,15 @@ The protocol (docs/studies.md states it with the numbers):
   pooling; the fast path's precision (fp32 on a CPU without bf16 units, bf16 autocast on a bf16 GPU); 3 seeds (5
   with `--seeds 1 2 3 4 5` where a GPU makes them affordable).
 - Rows (ROWS below): each member alone; the pair fused (concat, dme, cdme); the best member given the pair's compute
-  (MPNet for 4 epochs); MPNet alone under the DME head, and (CoLA, STS-B, WNUT-17) with its linear head at 1e-3 as
-  the shipped single-member configs train it; the seed's levers on CoLA and STS-B (per-member rates, a head rate of
-  1e-3, member dropout on MiniLM; the head rate on WNUT-17 too); each member once through plain transformers
+  (MPNet for 4 epochs); MPNet alone under the DME head, and (CoLA, STS-B, WNUT-17) each member with its linear head
+  at 1e-3 as the shipped single-member configs train it; the seed's levers on CoLA and STS-B (per-member rates, a
+  head rate of 1e-3, member dropout on MiniLM; the head rate on WNUT-17 too, with MPNet alone under the DME head at
+  1e-3 as its control there); each member once through plain transformers
   (`AutoModelForSequenceClassification`; `AutoModelForTokenClassification` for NER, scored per word at its first
   sub-token). The ensembles of the separately tuned members (mean of probabilities; of predictions for STS-B; of word
   probabilities for NER) are computed from the member rows' stored predictions, per seed, each member at its own
-  chosen epoch: `ensemble` of the plugin's members, `plain_ensemble` of the plain transformers members.
+  chosen epoch: `ensemble` of the plugin's members, `plain_ensemble` of the plain transformers members,
+  `ensemble_head_lr` of the members with their heads at 1e-3.
 - The comparison: the best fused row against the best member (plugin or plain transformers), the best ensemble and
   the best of all baselines, each chosen by its held-out score.
 
@@ -59,7 +61,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAIR = ("MiniLM", "MPNet")
 # the ensembles of separately tuned members: row name -> (member rows, note)
 ENSEMBLES = {"ensemble": (PAIR, "mean of the two members' outputs"),
-             "plain_ensemble": (tuple(f"plain_{m}" for m in PAIR), "mean of the two plain members' outputs")}
+             "plain_ensemble": (tuple(f"plain_{m}" for m in PAIR), "mean of the two plain members' outputs"),
+             "ensemble_head_lr": (tuple(f"{m}_head_lr" for m in PAIR),
+                                  "mean of the two members' outputs, each with its head at 1e-3")}
 GLUE = ("cola", "stsb", "mrpc", "rte")
 LEVER_TASKS = ("cola", "stsb")
 # The head's rate decided STS-B (a linear head at 2e-5 is too slow to learn there) and, at 2e-5, MPNet's tagger never
@@ -97,6 +101,12 @@ ROWS = {
     # the shipped single-member configs' setting: is the 1e-3 head the plugin's answer to MPNet's weak linear head?
     "MPNet_head_lr": Row(("MPNet",), "control", head_learning_rate=1e-3, tasks=HEAD_RATE_TASKS,
                          note="MPNet alone, head at 1e-3"),
+    # the controls for the pair with its head at 1e-3: the ensemble of the members each tuned with their heads at that
+    # rate, and (WNUT-17, where the pair led) how much of the lead is the DME head: MPNet alone under it
+    "MiniLM_head_lr": Row(("MiniLM",), "control", head_learning_rate=1e-3, tasks=HEAD_RATE_TASKS,
+                          note="MiniLM alone, head at 1e-3"),
+    "MPNet_dme_head_lr": Row(("MPNet",), "control", "dme", head_learning_rate=1e-3, tasks=("wnut17",),
+                             note="MPNet alone under the DME head, head at 1e-3"),
     "dme_member_lr": Row(PAIR, "lever", "dme", encoder_learning_rates=(5e-5, 2e-5), tasks=LEVER_TASKS,
                          note="DME, MiniLM at 5e-5 (MPNet 2e-5)"),
     "dme_head_lr": Row(PAIR, "lever", "dme", head_learning_rate=1e-3, tasks=HEAD_RATE_TASKS,

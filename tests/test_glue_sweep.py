@@ -144,6 +144,20 @@ def test_partial_report_prices_the_runs_left_at_the_measured_rates(script_main):
     assert hours == pytest.approx(6.0) and unmeasured == 2
 
 
+def test_every_ensemble_averages_rows_that_run_on_the_same_tasks_and_seeds(script_main):
+    """An ensemble is computed wherever all its members ran: members that run on different tasks or seeds (or a
+    misspelt member) would leave it silently missing from the report."""
+    import sys
+
+    script_main(SCRIPT)
+    sweep = sys.modules["script_glue_sweep"]
+    for name, (members, _) in sweep.ENSEMBLES.items():
+        assert set(members) <= set(sweep.ROWS), name
+        specs = [sweep.ROWS[m] for m in members]
+        assert len({(s.tasks, s.seeds, s.epochs) for s in specs}) == 1, name
+        assert len({s.members for s in specs}) == len(members), name  # one member each, different ones
+
+
 def assert_kept_model_predicts_as_its_chosen_epoch(tmp_path, shared_data):
     """--models_dir saves the epoch chosen on the held-out slice (a distillation teacher): reloaded, it predicts the
     dev set as that epoch did during training."""
