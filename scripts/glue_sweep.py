@@ -22,7 +22,8 @@ The protocol (docs/studies.md states it with the numbers):
   chosen epoch: `ensemble` of the plugin's members, `plain_ensemble` of the plain transformers members,
   `ensemble_head_lr` of the members with their heads at 1e-3.
 - The comparison: the best fused row against the best member (plugin or plain transformers), the best ensemble and
-  the best of all baselines, each chosen by its held-out score.
+  the best of all baselines, each chosen by its held-out score; where a lever wins the held-out slice, the same again
+  with the levers among the fused rows (the pair's rates chosen on the slice, as the members' head-rate rows are).
 
 Each run is its own process writing `runs_dir/TASK/ROW/seed_N/` (default `results/glue_finetuned_runs/`, committed so
 that chunks add up): `result.json` (written last, so a finished run is skipped), `predictions.npz` (the chosen epoch's
@@ -402,34 +403,45 @@ def task_report(args, task: str) -> dict | None:
               "hardware": sorted({f"{r['gpu'] or r['device']} "
                                   f"({'bf16 autocast' if r['precision']['bf16'] else 'fp32'})"
                                   for runs in rows.values() for r, _ in runs.values()})}
-    # the comparison: the best fused row against the best rows of each baseline kind, chosen on the held-out slice
+    # the comparison: the best fused row against the best rows of each baseline kind, chosen on the held-out slice;
+    # beside it, where a lever ran and won the held-out slice, the same with the levers among the fused rows (the
+    # pair's rates chosen on the slice as the baselines' are: the members' head-rate rows are controls)
+    for key, kinds in (("comparison", ("fused",)), ("comparison_with_levers", ("fused", "lever"))):
+        comparison = compare(spec, table, outputs, dev, kinds, args.bootstrap)
+        if comparison and (key == "comparison" or comparison["fused"] != report.get("comparison", {}).get("fused")):
+            report[key] = comparison
+    return report
+
+
+def compare(spec, table: dict, outputs: dict, dev: dict, fused_kinds: tuple[str, ...], bootstrap: int) -> dict | None:
+    """The best row of `fused_kinds` against the best member, the best ensemble and the best of all baselines, each
+    chosen by its held-out score: per-seed differences on the dev set and a paired bootstrap against the best
+    baseline."""
     def best(kinds):
         candidates = [r for r in table if table[r]["kind"] in kinds and table[r]["heldout"]]
         return max(candidates, key=lambda r: table[r]["heldout"]["mean"]) if candidates else None
 
-    best_f = best(("fused",))
+    best_f = best(fused_kinds)
     best_m = best(("member", "plain"))  # a member tuned alone, through the plugin or plain transformers
-    if best_f and best_m:
-        # any row without the second member: a member, an ensemble, MPNet given more compute or the fused rows' head
-        best_b = best(("member", "plain", "ensemble", "baseline", "control"))
-        comparison = {"fused": best_f, "best_member": best_m, "best_baseline": best_b}
-        for name, other in (("vs_best_member", best_m), ("vs_ensemble", best(("ensemble",))),
-                            ("vs_best_baseline", best_b)):
-            if other is None:
-                continue
-            seeds = sorted(set(outputs[best_f]) & set(outputs[other]))
-            diffs = [100 * (score_outputs(spec, outputs[best_f][s], dev["labels"], dev["lengths"]) -
-                            score_outputs(spec, outputs[other][s], dev["labels"], dev["lengths"])) for s in seeds]
-            comparison[name] = {"against": other, "per_seed": diffs,
-                                "seeds_favouring_fusion": sum(d > 0 for d in diffs),
-                                "n_seeds": len(diffs), "mean": float(np.mean(diffs)) if diffs else None}
-        if args.bootstrap and seeds:
-            pairs = [(outputs[best_f][s], outputs[best_b][s]) for s in sorted(set(outputs[best_f]) &
-                                                                              set(outputs[best_b]))]
-            comparison["bootstrap_vs_best_baseline"] = paired_bootstrap(spec, pairs, dev["labels"], dev["lengths"],
-                                                                        n_resamples=args.bootstrap)
-        report["comparison"] = comparison
-    return report
+    if not (best_f and best_m):
+        return None
+    # any row without the second member: a member, an ensemble, MPNet given more compute or the fused rows' head
+    best_b = best(("member", "plain", "ensemble", "baseline", "control"))
+    comparison = {"fused": best_f, "best_member": best_m, "best_baseline": best_b}
+    for name, other in (("vs_best_member", best_m), ("vs_ensemble", best(("ensemble",))),
+                        ("vs_best_baseline", best_b)):
+        if other is None:
+            continue
+        seeds = sorted(set(outputs[best_f]) & set(outputs[other]))
+        diffs = [100 * (score_outputs(spec, outputs[best_f][s], dev["labels"], dev["lengths"]) -
+                        score_outputs(spec, outputs[other][s], dev["labels"], dev["lengths"])) for s in seeds]
+        comparison[name] = {"against": other, "per_seed": diffs, "seeds_favouring_fusion": sum(d > 0 for d in diffs),
+                            "n_seeds": len(diffs), "mean": float(np.mean(diffs)) if diffs else None}
+    pairs = [(outputs[best_f][s], outputs[best_b][s]) for s in sorted(set(outputs[best_f]) & set(outputs[best_b]))]
+    if bootstrap and pairs:
+        comparison["bootstrap_vs_best_baseline"] = paired_bootstrap(spec, pairs, dev["labels"], dev["lengths"],
+                                                                    n_resamples=bootstrap)
+    return comparison
 
 
 def heldout_labels(args, task: str) -> dict:
@@ -478,9 +490,13 @@ def markdown(reports: dict, args) -> str:
             seconds = f"{e['train_seconds']:.0f}" if "train_seconds" in e else "-"
             lines.append(f"| {name} | {e['note']} | {fmt(e['dev'])} | {fmt(e.get('best_dev_epoch'))} | "
                          f"{fmt(e['heldout'])} | {epochs} | {seconds} | {weights} |")
-        comp = rep.get("comparison")
-        if comp:
-            lines.append("")
+        for comp_key, title in (("comparison", ""),
+                                ("comparison_with_levers", "With the levers among the fused rows (their rates "
+                                                           "chosen on the held-out slice too):")):
+            comp = rep.get(comp_key)
+            if not comp:
+                continue
+            lines += ["", title] if title else [""]
             for key in ("vs_best_member", "vs_ensemble", "vs_best_baseline"):
                 if key in comp:
                     c = comp[key]

@@ -158,6 +158,35 @@ def test_every_ensemble_averages_rows_that_run_on_the_same_tasks_and_seeds(scrip
         assert len({s.members for s in specs}) == len(members), name  # one member each, different ones
 
 
+def test_comparison_with_levers_puts_the_pairs_rates_through_the_same_selection_as_the_baselines(script_main):
+    """The protocol's comparison takes the best fused row at the shared rate; beside it, the levers compete too (the
+    pair's rates chosen on the held-out slice as the members' head-rate controls are), against the same baselines."""
+    import sys
+
+    from hf_multiencoder.data.tasks import get_task
+
+    script_main(SCRIPT)
+    compare = sys.modules["script_glue_sweep"].compare
+    labels = np.array([0, 1, 0, 1])
+    right = {"dme_head_lr": 4, "MPNet_head_lr": 3, "MPNet": 2, "dme": 2, "ensemble": 1}  # dev examples right
+    kinds = {"dme_head_lr": "lever", "MPNet_head_lr": "control", "MPNet": "member", "dme": "fused",
+             "ensemble": "ensemble"}
+    heldout = {"dme_head_lr": 70, "MPNet_head_lr": 68, "MPNet": 65, "dme": 60, "ensemble": 62}
+    table = {r: {"kind": kinds[r], "heldout": {"mean": heldout[r]}} for r in kinds}
+    outputs = {r: {1: np.eye(2)[np.where(np.arange(4) < n, labels, 1 - labels)]} for r, n in right.items()}
+    dev = {"labels": labels, "lengths": None}
+    spec = get_task("rte")
+
+    primary = compare(spec, table, outputs, dev, ("fused",), bootstrap=0)
+    assert primary["fused"] == "dme" and primary["vs_best_baseline"]["per_seed"] == [pytest.approx(-25.0)]
+    levers = compare(spec, table, outputs, dev, ("fused", "lever"), bootstrap=10)
+    assert levers["fused"] == "dme_head_lr" and levers["best_baseline"] == "MPNet_head_lr"
+    assert levers["vs_best_member"]["against"] == "MPNet" and levers["vs_best_member"]["per_seed"] == [50.0]
+    assert levers["vs_ensemble"]["per_seed"] == [75.0] and levers["vs_best_baseline"]["per_seed"] == [25.0]
+    assert levers["bootstrap_vs_best_baseline"]["n_resamples"] == 10
+    assert compare(spec, {"dme": table["dme"]}, outputs, dev, ("fused",), bootstrap=0) is None  # no member ran
+
+
 def assert_kept_model_predicts_as_its_chosen_epoch(tmp_path, shared_data):
     """--models_dir saves the epoch chosen on the held-out slice (a distillation teacher): reloaded, it predicts the
     dev set as that epoch did during training."""
