@@ -407,10 +407,18 @@ def task_report(args, task: str) -> dict | None:
     # beside it, where a lever ran and won the held-out slice, the same with the levers among the fused rows (the
     # pair's rates chosen on the slice as the baselines' are: the members' head-rate rows are controls)
     for key, kinds in (("comparison", ("fused",)), ("comparison_with_levers", ("fused", "lever"))):
+        if key != "comparison" and best_row(table, kinds) == report.get("comparison", {}).get("fused"):
+            continue  # no lever won: the same comparison (and its bootstrap) again would say nothing new
         comparison = compare(spec, table, outputs, dev, kinds, args.bootstrap)
-        if comparison and (key == "comparison" or comparison["fused"] != report.get("comparison", {}).get("fused")):
+        if comparison:
             report[key] = comparison
     return report
+
+
+def best_row(table: dict, kinds: tuple[str, ...]) -> str | None:
+    """The row of these kinds with the best held-out score."""
+    candidates = [r for r in table if table[r]["kind"] in kinds and table[r]["heldout"]]
+    return max(candidates, key=lambda r: table[r]["heldout"]["mean"]) if candidates else None
 
 
 def compare(spec, table: dict, outputs: dict, dev: dict, fused_kinds: tuple[str, ...], bootstrap: int) -> dict | None:
@@ -418,8 +426,7 @@ def compare(spec, table: dict, outputs: dict, dev: dict, fused_kinds: tuple[str,
     chosen by its held-out score: per-seed differences on the dev set and a paired bootstrap against the best
     baseline."""
     def best(kinds):
-        candidates = [r for r in table if table[r]["kind"] in kinds and table[r]["heldout"]]
-        return max(candidates, key=lambda r: table[r]["heldout"]["mean"]) if candidates else None
+        return best_row(table, kinds)
 
     best_f = best(fused_kinds)
     best_m = best(("member", "plain"))  # a member tuned alone, through the plugin or plain transformers
