@@ -12,6 +12,7 @@ from hf_multiencoder.training.selection import (
     ensemble,
     heldout_split,
     paired_bootstrap,
+    resample_scorer,
     prediction_arrays,
     score_outputs,
 )
@@ -109,6 +110,23 @@ def test_ensemble_and_paired_bootstrap():
     direct = 100 * (score_outputs(spec, a, gold) - score_outputs(spec, b, gold))
     assert boot["mean"] == pytest.approx(direct)
     assert 0 < boot["low"] <= boot["mean"] <= boot["high"] and boot["p_a_not_better"] == 0.0
+
+
+def test_resample_scorer_counts_entities_as_seqeval_does():
+    """The NER bootstrap sums per-sentence entity counts; it must give seqeval's F1 on every resample, including
+    sentences drawn twice, entities cut at sentence ends and a sentence with no entities."""
+    spec = get_task("wnut17")
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 9, 40)
+    labels = rng.integers(0, len(spec.label_list), lengths.sum())
+    outputs = rng.random((lengths.sum(), len(spec.label_list)))
+    outputs[labels == 0, 0] += 0.5  # agree more often than chance
+    scorer = resample_scorer(spec, outputs, labels, lengths)
+    assert scorer(None) == pytest.approx(score_outputs(spec, outputs, labels, lengths))
+    for _ in range(5):
+        index = rng.integers(0, len(lengths), len(lengths))
+        assert scorer(index) == pytest.approx(score_outputs(spec, outputs, labels, lengths, index))
+    assert 0 < scorer(None) < 1
 
 
 def test_study_protocol_splits_budget_and_member_overrides(shared_data):
