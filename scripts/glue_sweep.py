@@ -23,7 +23,8 @@ The protocol (docs/studies.md states it with the numbers):
   `ensemble_head_lr` of the members with their heads at 1e-3.
 - The comparison: the best fused row against the best member (plugin or plain transformers), the best ensemble and
   the best of all baselines, each chosen by its held-out score; where a lever wins the held-out slice, the same again
-  with the levers among the fused rows (the pair's rates chosen on the slice, as the members' head-rate rows are).
+  with the levers among the fused rows and the controls among the members (the pair's rates chosen on the slice, and
+  each member's too: a member alone with its head at 1e-3 or under the DME head is then a member).
 
 Each run is its own process writing `runs_dir/TASK/ROW/seed_N/` (default `results/glue_finetuned_runs/`, committed so
 that chunks add up): `result.json` (written last, so a finished run is skipped), `predictions.npz` (the chosen epoch's
@@ -403,16 +404,23 @@ def task_report(args, task: str) -> dict | None:
               "hardware": sorted({f"{r['gpu'] or r['device']} "
                                   f"({'bf16 autocast' if r['precision']['bf16'] else 'fp32'})"
                                   for runs in rows.values() for r, _ in runs.values()})}
-    # the comparison: the best fused row against the best rows of each baseline kind, chosen on the held-out slice;
-    # beside it, where a lever ran and won the held-out slice, the same with the levers among the fused rows (the
-    # pair's rates chosen on the slice as the baselines' are: the members' head-rate rows are controls)
-    for key, kinds in (("comparison", ("fused",)), ("comparison_with_levers", ("fused", "lever"))):
+    for key, (kinds, member_kinds) in COMPARISONS.items():
         if key != "comparison" and best_row(table, kinds) == report.get("comparison", {}).get("fused"):
             continue  # no lever won: the same comparison (and its bootstrap) again would say nothing new
-        comparison = compare(spec, table, outputs, dev, kinds, args.bootstrap)
+        comparison = compare(spec, table, outputs, dev, kinds, member_kinds, args.bootstrap)
         if comparison:
             report[key] = comparison
     return report
+
+
+# a member tuned alone at the protocol's settings, through the plugin or plain transformers
+MEMBER_KINDS = ("member", "plain")
+# report key -> (the fused kinds, the member kinds) compared. The comparison: the best fused row against the best
+# rows of each baseline kind, chosen on the held-out slice; beside it, where a lever ran and won the held-out slice,
+# the same with the levers among the fused rows (the pair's rates chosen on the slice) and the controls among the
+# members (so are the members': a member alone with its head at 1e-3 or under the DME head)
+COMPARISONS = {"comparison": (("fused",), MEMBER_KINDS),
+               "comparison_with_levers": (("fused", "lever"), MEMBER_KINDS + ("control",))}
 
 
 def best_row(table: dict, kinds: tuple[str, ...]) -> str | None:
@@ -421,15 +429,16 @@ def best_row(table: dict, kinds: tuple[str, ...]) -> str | None:
     return max(candidates, key=lambda r: table[r]["heldout"]["mean"]) if candidates else None
 
 
-def compare(spec, table: dict, outputs: dict, dev: dict, fused_kinds: tuple[str, ...], bootstrap: int) -> dict | None:
-    """The best row of `fused_kinds` against the best member, the best ensemble and the best of all baselines, each
-    chosen by its held-out score: per-seed differences on the dev set and a paired bootstrap against the best
-    baseline."""
+def compare(spec, table: dict, outputs: dict, dev: dict, fused_kinds: tuple[str, ...], member_kinds: tuple[str, ...],
+            bootstrap: int) -> dict | None:
+    """The best row of `fused_kinds` against the best member (the best row of `member_kinds`), the best ensemble and
+    the best of all baselines, each chosen by its held-out score: per-seed differences on the dev set and a paired
+    bootstrap against the best baseline."""
     def best(kinds):
         return best_row(table, kinds)
 
     best_f = best(fused_kinds)
-    best_m = best(("member", "plain"))  # a member tuned alone, through the plugin or plain transformers
+    best_m = best(member_kinds)
     if not (best_f and best_m):
         return None
     # any row without the second member: a member, an ensemble, MPNet given more compute or the fused rows' head
@@ -498,8 +507,9 @@ def markdown(reports: dict, args) -> str:
             lines.append(f"| {name} | {e['note']} | {fmt(e['dev'])} | {fmt(e.get('best_dev_epoch'))} | "
                          f"{fmt(e['heldout'])} | {epochs} | {seconds} | {weights} |")
         for comp_key, title in (("comparison", ""),
-                                ("comparison_with_levers", "With the levers among the fused rows (their rates "
-                                                           "chosen on the held-out slice too):")):
+                                ("comparison_with_levers", "With the levers among the fused rows and the controls "
+                                                           "among the members (every rate chosen on the held-out "
+                                                           "slice):")):
             comp = rep.get(comp_key)
             if not comp:
                 continue
