@@ -186,7 +186,8 @@ def test_comparison_with_levers_puts_the_pairs_rates_through_the_same_selection_
     assert levers["vs_best_member"]["against"] == "MPNet_head_lr" and levers["vs_best_member"]["per_seed"] == [25.0]
     assert levers["vs_ensemble"]["per_seed"] == [75.0] and levers["vs_best_baseline"]["per_seed"] == [25.0]
     assert levers["bootstrap_vs_best_baseline"]["n_resamples"] == 10
-    assert compare(spec, {"dme": table["dme"]}, outputs, dev, *comparisons["comparison"], bootstrap=0) is None  # no member ran
+    no_member = {"dme": table["dme"]}
+    assert compare(spec, no_member, outputs, dev, *comparisons["comparison"], bootstrap=0) is None
 
 
 def assert_kept_model_predicts_as_its_chosen_epoch(tmp_path, shared_data):

@@ -12,8 +12,8 @@ from hf_multiencoder.training.selection import (
     ensemble,
     heldout_split,
     paired_bootstrap,
-    resample_scorer,
     prediction_arrays,
+    resample_scorer,
     score_outputs,
 )
 

@@ -268,7 +268,7 @@ def paired_bootstrap(spec: TaskSpec, pairs: Sequence[tuple[np.ndarray, np.ndarra
     """
     n = len(lengths) if spec.kind == "token" else len(labels)
     rng = np.random.default_rng(seed)
-    scorers = [(resample_scorer(spec, a, labels, lengths), resample_scorer(spec, b, labels, lengths)) for a, b in pairs]
+    scorers = [tuple(resample_scorer(spec, outputs, labels, lengths) for outputs in pair) for pair in pairs]
 
     def diff(index):
         return float(np.mean([score_a(index) - score_b(index) for score_a, score_b in scorers]))
