@@ -434,17 +434,14 @@ def compare(spec, table: dict, outputs: dict, dev: dict, fused_kinds: tuple[str,
     """The best row of `fused_kinds` against the best member (the best row of `member_kinds`), the best ensemble and
     the best of all baselines, each chosen by its held-out score: per-seed differences on the dev set and a paired
     bootstrap against the best baseline."""
-    def best(kinds):
-        return best_row(table, kinds)
-
-    best_f = best(fused_kinds)
-    best_m = best(member_kinds)
+    best_f = best_row(table, fused_kinds)
+    best_m = best_row(table, member_kinds)
     if not (best_f and best_m):
         return None
     # any row without the second member: a member, an ensemble, MPNet given more compute or the fused rows' head
-    best_b = best(("member", "plain", "ensemble", "baseline", "control"))
+    best_b = best_row(table, ("member", "plain", "ensemble", "baseline", "control"))
     comparison = {"fused": best_f, "best_member": best_m, "best_baseline": best_b}
-    for name, other in (("vs_best_member", best_m), ("vs_ensemble", best(("ensemble",))),
+    for name, other in (("vs_best_member", best_m), ("vs_ensemble", best_row(table, ("ensemble",))),
                         ("vs_best_baseline", best_b)):
         if other is None:
             continue

@@ -98,16 +98,20 @@ def prediction_arrays(predictions, label_ids, spec: TaskSpec, num_members: int |
     return out
 
 
+def sentence_tags(spec: TaskSpec, tag_ids: np.ndarray, lengths: np.ndarray) -> list[list[str]]:
+    """Flat tag ids (all sentences' words end to end) -> one list of tag names per sentence."""
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    return [[spec.label_list[i] for i in tag_ids[start:start + length]] for start, length in zip(starts, lengths)]
+
+
 def score_outputs(spec: TaskSpec, outputs: np.ndarray, labels: np.ndarray, lengths: np.ndarray | None = None,
                   index: np.ndarray | None = None) -> float:
     """The task's main metric of flat `outputs` (probabilities or scores) against `labels`; `index` picks examples
     (sentences for token tasks, with repeats: the bootstrap)."""
     if spec.kind == "token":
-        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-        pred, gold = outputs.argmax(-1), labels
-        rows = range(len(lengths)) if index is None else index
-        pred_tags = [[spec.label_list[i] for i in pred[starts[r]:starts[r] + lengths[r]]] for r in rows]
-        true_tags = [[spec.label_list[i] for i in gold[starts[r]:starts[r] + lengths[r]]] for r in rows]
+        pred_tags, true_tags = sentence_tags(spec, outputs.argmax(-1), lengths), sentence_tags(spec, labels, lengths)
+        if index is not None:
+            pred_tags, true_tags = [pred_tags[r] for r in index], [true_tags[r] for r in index]
         return main_metric_value(spec, compute_task_metrics(spec, pred_tags, true_tags))
     if index is not None:
         outputs, labels = outputs[index], labels[index]
@@ -125,12 +129,10 @@ def resample_scorer(spec: TaskSpec, outputs: np.ndarray, labels: np.ndarray, len
         return lambda index: score_outputs(spec, outputs, labels, lengths, index)
     from seqeval.metrics.sequence_labeling import get_entities  # imported here: only NER needs it
 
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    pred = outputs.argmax(-1)
     counts = np.zeros((len(lengths), 3))
-    for row, (start, length) in enumerate(zip(starts, lengths)):
-        true = set(get_entities([spec.label_list[i] for i in labels[start:start + length]]))
-        found = set(get_entities([spec.label_list[i] for i in pred[start:start + length]]))
+    for row, (pred, gold) in enumerate(zip(sentence_tags(spec, outputs.argmax(-1), lengths),
+                                           sentence_tags(spec, labels, lengths))):
+        found, true = set(get_entities(pred)), set(get_entities(gold))
         counts[row] = len(true & found), len(found), len(true)
 
     def score(index):
