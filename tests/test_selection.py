@@ -148,6 +148,7 @@ def test_study_protocol_splits_budget_and_member_overrides(shared_data):
 
     args = FINE_TUNING.training_arguments("unused", seed=7, num_train_epochs=4, use_cpu=True)
     assert (args.num_train_epochs, args.learning_rate, args.per_device_train_batch_size, args.seed) == (4, 2e-5, 32, 7)
+    assert not args.dataloader_pin_memory  # nothing to pin to on the CPU
     assert FINE_TUNING.training_arguments("unused", seed=1).num_train_epochs == FINE_TUNING.num_train_epochs == 3
 
     assert member_paths(["MPNet=/models/mpnet"]) == {**REAL_MEMBERS, "MPNet": "/models/mpnet"}
