@@ -42,6 +42,7 @@ from hf_multiencoder import MultiEncoderModel, MultiEncoderTokenizer
 from hf_multiencoder.data.loading import local_path
 from hf_multiencoder.data.tasks import get_task
 from hf_multiencoder.models.embedding_multiencoder import normalized_concat
+from hf_multiencoder.training.fast_path import pin_memory
 from hf_multiencoder.training.protocol import REAL_MEMBERS
 from hf_multiencoder.training.results import format_summary, summarize
 from hf_multiencoder.training.sentence_embeddings import sts_pairs, sts_spearman
@@ -223,7 +224,7 @@ def fine_tune_run(args: StsArguments, name: str, seed: int, eval_sets: dict, run
     training_args = SentenceTransformerTrainingArguments(
         output_dir=run_dir, num_train_epochs=args.num_train_epochs, per_device_train_batch_size=args.train_batch_size,
         learning_rate=args.learning_rate, warmup_steps=args.warmup_ratio, seed=seed, save_strategy="no",
-        report_to=[], logging_steps=50, disable_tqdm=True, dataloader_pin_memory=torch.cuda.is_available())
+        report_to=[], logging_steps=50, disable_tqdm=True, dataloader_pin_memory=pin_memory())
     trainer = SentenceTransformerTrainer(model=st, args=training_args, train_dataset=train,
                                          loss=CosineSimilarityLoss(st))
     start = time.time()

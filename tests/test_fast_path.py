@@ -19,9 +19,15 @@ from hf_multiencoder import (
 from hf_multiencoder.data.feature_cache import add_member_features
 from hf_multiencoder.models.precision_multiencoder import FAST_PATH_ENV, auto_bf16, bf16_pays, cpu_bf16_units
 from hf_multiencoder.pretraining.adaptation import default_training_arguments
-from hf_multiencoder.training.fast_path import apply_fast_path, auto_training_kwargs, describe, given_options
+from hf_multiencoder.training.fast_path import (
+    apply_fast_path,
+    auto_training_kwargs,
+    describe,
+    given_options,
+    pin_memory,
+)
 from hf_multiencoder.training.model_card import MultiEncoderModelCardData
-from hf_multiencoder.training.runs import run_arguments
+from hf_multiencoder.training.runs import run_arguments, setup_run
 
 
 @pytest.fixture
@@ -105,6 +111,18 @@ def test_library_defaults_take_the_fast_path(cpu_units, tmp_path, monkeypatch):
     cpu_units()
     assert auto_training_kwargs() == {"optim": "adamw_torch_fused"}
     assert not default_training_arguments(str(tmp_path)).bf16
+
+
+def test_memory_is_pinned_only_for_a_gpu_the_run_uses(tmp_path, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert pin_memory() and not pin_memory(use_cpu=True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert not pin_memory()
+    assert not default_training_arguments(str(tmp_path)).dataloader_pin_memory
+    args = TrainingArguments(output_dir=str(tmp_path), report_to="none")
+    assert args.dataloader_pin_memory  # TrainingArguments unpins only for `use_cpu`
+    setup_run(args)
+    assert not args.dataloader_pin_memory
 
 
 def test_script_records_the_choice(cpu_units, tmp_path):

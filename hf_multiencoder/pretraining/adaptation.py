@@ -62,7 +62,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_N
 from ..data.corpus import tokenize_corpus
 from ..models.modeling_multiencoder import multiencoder_base
 from ..models.tokenization_multiencoder import pad_rows
-from ..training.fast_path import auto_training_kwargs
+from ..training.fast_path import auto_training_kwargs, pin_memory
 from ..training.runs import (
     AtomicCheckpointMixin,
     check_finite_weights,
@@ -145,7 +145,7 @@ def default_training_arguments(output_dir: str, **overrides) -> TrainingArgument
     """`TrainingArguments` with the seed's adaptation settings (`ADAPTATION_DEFAULTS`) on the fast path (bf16 where
     the hardware computes it natively, the fused AdamW: `hf_multiencoder.fast_path`), `overrides` on top."""
     return TrainingArguments(output_dir=output_dir, **{**ADAPTATION_DEFAULTS, "report_to": "none",
-                             "dataloader_pin_memory": torch.cuda.is_available(), **auto_training_kwargs(overrides),
+                             "dataloader_pin_memory": pin_memory(), **auto_training_kwargs(overrides),
                              **overrides})
 
 

@@ -60,7 +60,7 @@ from transformers.models.auto.modeling_auto import (
 
 from ..data.corpus import tokenize_corpus
 from ..models.modeling_rtd import REPLACED_LABEL, RTDForPreTraining, word_embeddings_size
-from ..training.fast_path import auto_training_kwargs, fast_path_field
+from ..training.fast_path import auto_training_kwargs, fast_path_field, pin_memory
 from ..training.runs import (
     AtomicCheckpointMixin,
     check_finite_weights,
@@ -171,7 +171,7 @@ def default_pretraining_arguments(output_dir: str, **overrides) -> TrainingArgum
     """`TrainingArguments` with ELECTRA-Small's settings (`PRETRAINING_DEFAULTS`) on the fast path (bf16 where the
     hardware computes it natively, the fused AdamW: `hf_multiencoder.fast_path`), `overrides` on top."""
     return TrainingArguments(output_dir=output_dir, **{**PRETRAINING_DEFAULTS, "report_to": "none",
-                             "dataloader_pin_memory": torch.cuda.is_available(), **auto_training_kwargs(overrides),
+                             "dataloader_pin_memory": pin_memory(), **auto_training_kwargs(overrides),
                              **overrides})
 
 

@@ -106,6 +106,14 @@ def auto_training_kwargs(given=()) -> dict:
     return kwargs
 
 
+def pin_memory(use_cpu: bool = False) -> bool:
+    """`dataloader_pin_memory` for this machine: only with a GPU the run uses (without one there is nothing to pin to,
+    and every DataLoader warns about it)."""
+    import torch
+
+    return torch.cuda.is_available() and not use_cpu
+
+
 def fast_path_choice(training_args) -> dict | None:
     """The choice [`apply_fast_path`] made for these arguments (None if it did not run)."""
     return getattr(training_args, "fast_path_choice", None)
@@ -118,4 +126,4 @@ def describe(choice: dict) -> str:
 
 
 __all__ = ["FAST_PATH_CHOICES", "FAST_PATH_HELP", "FastPathArguments", "apply_fast_path", "auto_training_kwargs",
-           "describe", "fast_path_choice", "fast_path_field", "given_options"]
+           "describe", "fast_path_choice", "fast_path_field", "given_options", "pin_memory"]

@@ -31,6 +31,7 @@ from ..data.tasks import TaskSpec, get_task
 from ..models.configuration_multiencoder import MultiEncoderConfig
 from ..models.modeling_multiencoder import MultiEncoderForSequenceClassification
 from ..models.tokenization_multiencoder import MultiEncoderTokenizer
+from .fast_path import pin_memory
 from .metrics import build_compute_metrics, fusion_weights_from_metrics
 from .trainer import MultiEncoderTrainer
 
@@ -143,7 +144,7 @@ def train_head(
             per_device_eval_batch_size=256, num_train_epochs=epochs, learning_rate=learning_rate,
             weight_decay=0.01, warmup_steps=0.1, eval_strategy="epoch", save_strategy="no", logging_strategy="no",
             report_to=[], seed=seed, disable_tqdm=True, use_cpu=not torch.cuda.is_available(),
-            dataloader_pin_memory=torch.cuda.is_available())
+            dataloader_pin_memory=pin_memory())
         trainer = MultiEncoderTrainer(model=model, args=args, train_dataset=data["train"],
                                       eval_dataset=data["validation"], data_collator=CachedFeaturesCollator(tokenizer),
                                       compute_metrics=build_compute_metrics(spec, list(members)))

@@ -37,8 +37,9 @@ class FineTuningBudget:
                            use_cpu: bool = False, **overrides):
         """`TrainingArguments` for one run (`num_train_epochs` overrides the budget's, for a row given more; other
         keywords, e.g. `save_strategy="epoch"` for a run that resumes, override the defaults)."""
-        import torch
         from transformers import TrainingArguments
+
+        from .fast_path import pin_memory
 
         kwargs = dict(
             output_dir=output_dir, num_train_epochs=num_train_epochs or self.num_train_epochs,
@@ -46,9 +47,7 @@ class FineTuningBudget:
             per_device_eval_batch_size=self.per_device_eval_batch_size, learning_rate=self.learning_rate,
             weight_decay=self.weight_decay, warmup_steps=self.warmup_ratio, lr_scheduler_type="linear",
             eval_strategy="no", save_strategy="no", logging_steps=50, report_to="none", seed=seed, disable_tqdm=True,
-            use_cpu=use_cpu,
-            # nothing to pin to without a GPU (and no warning about it from every DataLoader)
-            dataloader_pin_memory=torch.cuda.is_available() and not use_cpu)
+            use_cpu=use_cpu, dataloader_pin_memory=pin_memory(use_cpu))
         return TrainingArguments(**{**kwargs, **overrides})
 
 

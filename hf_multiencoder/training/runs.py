@@ -25,7 +25,7 @@ import sys
 import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from .fast_path import fast_path_choice
+from .fast_path import fast_path_choice, pin_memory
 
 try:  # transformers >= 5.x where the rotation is a function; earlier 5.x releases have the Trainer method
     from transformers.trainer_utils import rotate_checkpoints
@@ -43,10 +43,9 @@ _WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "adapter_model.
 
 def setup_run(training_args, *logger_names: str) -> None:
     """What every script does first (as run_glue.py): log to stdout at the Trainer's process log level (these
-    loggers, the package's and transformers'; datasets' at warnings), and pin no memory without a GPU (nothing to
-    pin to, and no warning about it)."""
+    loggers, the package's and transformers'; datasets' at warnings), and pin no memory without a GPU the run uses
+    (nothing to pin to, and no warning about it)."""
     import datasets
-    import torch
     import transformers
 
     logging.basicConfig(format="%(asctime)s - %(levelname)s - %(name)s - %(message)s", datefmt="%H:%M:%S",
@@ -56,7 +55,7 @@ def setup_run(training_args, *logger_names: str) -> None:
         logging.getLogger(name).setLevel(log_level)
     transformers.utils.logging.set_verbosity(log_level)
     datasets.utils.logging.set_verbosity(max(log_level, logging.WARNING))
-    if not torch.cuda.is_available():
+    if not pin_memory(training_args.use_cpu):
         training_args.dataloader_pin_memory = False
 
 
