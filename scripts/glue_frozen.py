@@ -147,6 +147,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--runs_dir", default=os.path.join(REPO, "runs", "glue_frozen"))
     ap.add_argument("--results", default=os.path.join(REPO, "results"))
     args = ap.parse_args(argv)
+    args.tasks = [get_task(task).name for task in args.tasks]  # an alias (`sts-b`) keys its runs as its task
     start = time.perf_counter()
     table = {task: rows for task in args.tasks if (rows := run_task(task, args))}
     os.makedirs(args.results, exist_ok=True)

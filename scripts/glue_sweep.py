@@ -604,8 +604,9 @@ def main(argv: list[str] | None = None):
     args.checkpoints_dir = os.path.abspath(args.checkpoints_dir) if args.checkpoints_dir else ""
     if args.models_dir:
         args.models_dir = os.path.abspath(args.models_dir)
-    for task in args.tasks:
-        get_task(task)  # an unknown task fails here, naming the known ones
+    # an unknown task fails here, naming the known ones; an alias (`wnut_17`) becomes its task's name, so that its runs
+    # are stored, scored and reported with the task's (REPORT_SPLIT, the rows' task lists and runs_dir are keyed by it)
+    args.tasks = [get_task(task).name for task in args.tasks]
     if args.job:
         logging.basicConfig(level=logging.WARNING)
         task, row, seed = args.job

@@ -20,6 +20,7 @@ import json
 import os
 import time
 
+from hf_multiencoder.data.tasks import get_task
 from hf_multiencoder.pretraining.rtd import RESULTS_FILE
 from hf_multiencoder.training.results import format_summary
 from hf_multiencoder.training.runs import run_script
@@ -119,6 +120,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("extra", nargs=argparse.REMAINDER, help="after --: arguments passed to every run_glue_multi run")
     args = ap.parse_args(argv)
     args.extra = [a for a in args.extra if a != "--"]
+    args.tasks = [get_task(task).name for task in args.tasks]  # an alias (`sst-2`) keys its runs as its task
     models = dict(spec.split("=", 1) for spec in args.models)
     if len(models) < 2:
         ap.error("compare at least two models (--models name=folder ...)")

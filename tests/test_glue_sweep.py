@@ -127,6 +127,18 @@ def test_sweep_refuses_unknown_members_and_tasks(tmp_path, script_main, capsys):
         main(["--tasks", "colaa", "--report_only", "--runs_dir", str(tmp_path)])
 
 
+def test_a_task_alias_runs_and_reports_as_its_task(tmp_path, script_main, monkeypatch):
+    """`--tasks wnut_17` is WNUT-17: its runs go to `wnut17/`, are scored on its test set and join the head-rate rows,
+    not a second task that splits the seeds and reports on the wrong split."""
+    import sys
+
+    main = script_main(SCRIPT)
+    tasks = []
+    monkeypatch.setattr(sys.modules["script_glue_sweep"], "write_report", lambda args: tasks.append(args.tasks))
+    main(["--tasks", "WNUT_17", "cola", "--report_only", "--runs_dir", str(tmp_path)])
+    assert tasks == [["wnut17", "cola"]]
+
+
 def test_partial_report_prices_the_runs_left_at_the_measured_rates(script_main):
     """A missing run costs its row's measured mean on its task; a row not run there yet, the per-epoch mean of the
     task's rows with the same members times its epochs; a task with no run of the members is counted, not priced."""
