@@ -54,7 +54,7 @@ from hf_multiencoder import (
     freeze_encoders,
     load_task,
 )
-from hf_multiencoder.models.precision_multiencoder import bf16_pays, cpu_bf16_units
+from hf_multiencoder.models.precision_multiencoder import bf16_pays, cpu_bf16_units, cpu_model
 from hf_multiencoder.testing_utils import build_tiny_encoders
 from hf_multiencoder.training.fast_path import auto_training_kwargs
 
@@ -92,14 +92,13 @@ class RooflineArguments:
 
 # ---- the machine ----------------------------------------------------------------------------------------------------
 def cpu_info() -> dict:
-    model, flags = platform.processor() or "unknown", set()
+    flags = set()
     with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
         for line in f:
-            if line.startswith("model name") and model in ("unknown", ""):
-                model = line.split(":", 1)[1].strip()
-            elif line.startswith("flags"):
+            if line.startswith("flags"):
                 flags = set(line.split(":", 1)[1].split())
-    return {"model": model, "flags": {flag: flag in flags for flag in CPU_FLAGS},
+                break
+    return {"model": cpu_model(), "flags": {flag: flag in flags for flag in CPU_FLAGS},
             "torch_capability": torch.backends.cpu.get_cpu_capability(), "bf16_units": cpu_bf16_units(),
             "threads": torch.get_num_threads(), "bf16_pays": bf16_pays("cpu")[1]}
 

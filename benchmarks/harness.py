@@ -11,7 +11,6 @@ import json
 import os
 import platform
 import random
-import re
 import statistics
 import subprocess
 import tempfile
@@ -39,6 +38,7 @@ from hf_multiencoder import (
     load_task,
 )
 from hf_multiencoder.data.loading import length_grouping_kwargs, local_path
+from hf_multiencoder.models.precision_multiencoder import cpu_model
 from hf_multiencoder.testing_utils import build_tiny_encoders
 from hf_multiencoder.training.protocol import REAL_MEMBERS
 
@@ -297,12 +297,7 @@ def environment(args: BenchmarkArguments) -> tuple[str, dict]:
         props = torch.cuda.get_device_properties(0)
         device = f"cuda: {props.name} ({props.total_memory / 2**30:.0f} GiB)"
     else:
-        cpu = platform.processor() or platform.machine()
-        with contextlib.suppress(OSError):
-            with open("/proc/cpuinfo") as f:
-                match = re.search(r"model name\s*:\s*(.+)", f.read())
-                cpu = match.group(1).strip() if match else cpu
-        device = f"cpu: {cpu}, {torch.get_num_threads()} threads"
+        device = f"cpu: {cpu_model()}, {torch.get_num_threads()} threads"
     versions = {
         "python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
         "datasets": datasets.__version__, "hf_multiencoder": hf_multiencoder.__version__, "git_commit": git_commit(),

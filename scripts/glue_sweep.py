@@ -148,6 +148,7 @@ def run_one(task: str, row_name: str, seed: int, args) -> None:
     )
     from hf_multiencoder.data.data_collator import MultiEncoderDataCollator
     from hf_multiencoder.data.loading import tokenize_task
+    from hf_multiencoder.models.precision_multiencoder import cpu_model
     from hf_multiencoder.training.fast_path import apply_fast_path
     from hf_multiencoder.training.optimization import create_multiencoder_optimizer
     from hf_multiencoder.training.runs import check_finite_weights
@@ -225,6 +226,7 @@ def run_one(task: str, row_name: str, seed: int, args) -> None:
                           "resumed_after_epochs": clock.resumed_after_epochs,
                           "precision": precision, "device": str(training_args.device),
                           "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+                          "cpu": cpu_model(), "threads": torch.get_num_threads(),
                           "sizes": {split: len(ds) for split, ds in raw.items()}, "epochs": []}
     for epoch, sets in enumerate(callback.epochs, start=1):
         entry = {}
@@ -384,6 +386,17 @@ def ensemble_table(spec, member_runs: list[dict], dev: dict) -> tuple[dict, dict
     return entry, outputs
 
 
+def hardware(result: dict) -> str:
+    """Where a run ran, for the report's "Runs on" line: the GPU, or the CPU's model and threads where recorded."""
+    if result["gpu"]:
+        where = result["gpu"]
+    elif "cpu" in result:
+        where = f"{result['device']}: {result['cpu']}, {result['threads']} threads"
+    else:
+        where = f"{result['device']} (model not recorded)"
+    return f"{where} ({'bf16 autocast' if result['precision']['bf16'] else 'fp32'})"
+
+
 def task_report(args, task: str) -> dict | None:
     spec = get_task(task)
     rows = {r: load_runs(args, task, r) for r in args.rows}
@@ -401,9 +414,7 @@ def task_report(args, task: str) -> dict | None:
             entry, outputs[name] = ensemble_table(spec, [rows[m] for m in members], {**dev, **held_labels})
             table[name] = {**entry, "kind": "ensemble", "note": note}
     report = {"metric": spec.main_metric, "rows": table,
-              "hardware": sorted({f"{r['gpu'] or r['device']} "
-                                  f"({'bf16 autocast' if r['precision']['bf16'] else 'fp32'})"
-                                  for runs in rows.values() for r, _ in runs.values()})}
+              "hardware": sorted({hardware(r) for runs in rows.values() for r, _ in runs.values()})}
     for key, (kinds, member_kinds) in COMPARISONS.items():
         if key != "comparison" and best_row(table, kinds) == report.get("comparison", {}).get("fused"):
             continue  # no lever won: the same comparison (and its bootstrap) again would say nothing new

@@ -17,7 +17,14 @@ from hf_multiencoder import (
     create_multiencoder_optimizer,
 )
 from hf_multiencoder.data.feature_cache import add_member_features
-from hf_multiencoder.models.precision_multiencoder import FAST_PATH_ENV, auto_bf16, bf16_pays, cpu_bf16_units
+from hf_multiencoder.models import precision_multiencoder
+from hf_multiencoder.models.precision_multiencoder import (
+    FAST_PATH_ENV,
+    auto_bf16,
+    bf16_pays,
+    cpu_bf16_units,
+    cpu_model,
+)
 from hf_multiencoder.pretraining.adaptation import default_training_arguments
 from hf_multiencoder.training.fast_path import (
     apply_fast_path,
@@ -43,6 +50,26 @@ def cpu_units(monkeypatch):
 
 def cpu_args(tmp_path, **kwargs):
     return TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none", **kwargs)
+
+
+def test_cpu_model(tmp_path, monkeypatch):
+    """The CPU's name for run records: the `model name` line of /proc/cpuinfo, else what `platform` knows."""
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9R14\nflags\t: fpu\n")
+    real_open = open
+
+    def fake_open(path, *args, **kwargs):
+        if path == "/proc/cpuinfo":
+            if not cpuinfo.exists():
+                raise FileNotFoundError(path)
+            path = cpuinfo
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", fake_open)
+    assert cpu_model() == "AMD EPYC 9R14"
+    cpuinfo.unlink()  # not Linux: the platform module's answer
+    monkeypatch.setattr(precision_multiencoder.platform, "processor", lambda: "arm")
+    assert cpu_model() == "arm"
 
 
 def test_capability_check(cpu_units, monkeypatch):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import platform
 
 import torch
 
@@ -23,6 +24,15 @@ _OFF = ("0", "off", "false", "no")
 def fast_path_enabled() -> bool:
     """False when `HF_MULTIENCODER_FAST_PATH` is `off`, `0`, `false` or `no`."""
     return os.environ.get(FAST_PATH_ENV, "auto").strip().lower() not in _OFF
+
+
+def cpu_model() -> str:
+    """This CPU's model name as the system reports it (`/proc/cpuinfo` on Linux), else `platform.processor()`."""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine() or "unknown"
 
 
 def cpu_bf16_units() -> list[str]:
@@ -60,4 +70,4 @@ def autocast(device_type: str, bf16: bool | None = None):
     return torch.autocast(device_type, dtype=torch.bfloat16)
 
 
-__all__ = ["FAST_PATH_ENV", "auto_bf16", "autocast", "bf16_pays", "cpu_bf16_units", "fast_path_enabled"]
+__all__ = ["FAST_PATH_ENV", "auto_bf16", "autocast", "bf16_pays", "cpu_bf16_units", "cpu_model", "fast_path_enabled"]
