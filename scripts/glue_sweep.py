@@ -393,7 +393,7 @@ def hardware(result: dict) -> str:
     elif "cpu" in result:
         where = f"{result['device']}: {result['cpu']}, {result['threads']} threads"
     else:
-        where = f"{result['device']} (model not recorded)"
+        where = f"{result['device']}, model not recorded"
     return f"{where} ({'bf16 autocast' if result['precision']['bf16'] else 'fp32'})"
 
 
