@@ -56,20 +56,9 @@ def test_cpu_model(tmp_path, monkeypatch):
     """The CPU's name for run records: the `model name` line of /proc/cpuinfo, else what `platform` knows."""
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9R14\nflags\t: fpu\n")
-    real_open = open
-
-    def fake_open(path, *args, **kwargs):
-        if path == "/proc/cpuinfo":
-            if not cpuinfo.exists():
-                raise FileNotFoundError(path)
-            path = cpuinfo
-        return real_open(path, *args, **kwargs)
-
-    monkeypatch.setattr("builtins.open", fake_open)
-    assert cpu_model() == "AMD EPYC 9R14"
-    cpuinfo.unlink()  # not Linux: the platform module's answer
+    assert cpu_model(str(cpuinfo)) == "AMD EPYC 9R14"
     monkeypatch.setattr(precision_multiencoder.platform, "processor", lambda: "arm")
-    assert cpu_model() == "arm"
+    assert cpu_model(str(tmp_path / "missing")) == "arm"  # not Linux: the platform module's answer
 
 
 def test_capability_check(cpu_units, monkeypatch):

@@ -26,9 +26,9 @@ def fast_path_enabled() -> bool:
     return os.environ.get(FAST_PATH_ENV, "auto").strip().lower() not in _OFF
 
 
-def cpu_model() -> str:
-    """This CPU's model name as the system reports it (`/proc/cpuinfo` on Linux), else `platform.processor()`."""
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """This CPU's model name as the system reports it (`cpuinfo` on Linux), else `platform.processor()`."""
+    with contextlib.suppress(OSError), open(cpuinfo) as f:
         for line in f:
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
