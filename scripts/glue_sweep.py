@@ -1,7 +1,7 @@
 """Does tuning together pay? The fine-tuned answer, against the baselines a reviewer asks for.
 
     python scripts/glue_sweep.py [--tasks cola stsb mrpc rte wnut17] [--rows MiniLM MPNet concat dme ...]
-        [--seeds 1 2 3] [--workers 1] [--member MiniLM=PATH --member MPNet=PATH]
+        [--seeds 1 2 3] [--workers 1] [--member MiniLM=PATH --member MPNet=PATH] [--num_train_epochs 10]
         [--runs_dir results/glue_finetuned_runs] [--results results] [--report_only] [--models_dir DIR]
 
 The protocol (docs/studies.md states it with the numbers):
@@ -10,7 +10,8 @@ The protocol (docs/studies.md states it with the numbers):
   which nothing was chosen on; "best dev epoch" is reported beside it, as the literature does.
 - 3 epochs, batch 32, learning rate 2e-5 (linear decay, 10% warm-up, weight decay 0.01), max_seq_length 128, mean
   pooling; the fast path's precision (fp32 on a CPU without bf16 units, bf16 autocast on a bf16 GPU); 3 seeds (5
-  with `--seeds 1 2 3 4 5` where a GPU makes them affordable).
+  with `--seeds 1 2 3 4 5` where a GPU makes them affordable). `--num_train_epochs 10` runs the seed's budget (with its
+  own `--runs_dir` and `--results`; rows that set their own epochs, `MPNet_4ep`, are refused with it).
 - Rows (ROWS below): each member alone; the pair fused (concat, dme, cdme); the best member given the pair's compute
   (MPNet for 4 epochs); MPNet alone under the DME head, and (CoLA, STS-B, WNUT-17) each member with its linear head
   at 1e-3 as the shipped single-member configs train it; the seed's levers on CoLA and STS-B (per-member rates, a
@@ -121,6 +122,11 @@ ROWS = {
 DEFAULT_ROWS = list(ROWS)
 
 
+def row_epochs(row: str, args) -> int:
+    """A row's epochs: its own, else `--num_train_epochs`, else the budget's."""
+    return ROWS[row].epochs or getattr(args, "num_train_epochs", None) or FINE_TUNING.num_train_epochs
+
+
 def row_applies(row: str, task: str, seed_index: int) -> bool:
     spec = ROWS[row]
     if spec.tasks is not None and task not in spec.tasks:
@@ -170,7 +176,7 @@ def run_one(task: str, row_name: str, seed: int, args) -> None:
     # from; without, nothing is saved and the Trainer's folder is thrown away.
     checkpoints = checkpoint_dir(args, task, row_name, seed)
     training_args = FINE_TUNING.training_arguments(
-        checkpoints or tempfile.mkdtemp(prefix="glue_sweep_"), seed, num_train_epochs=row.epochs,
+        checkpoints or tempfile.mkdtemp(prefix="glue_sweep_"), seed, num_train_epochs=row_epochs(row_name, args),
         use_cpu=args.device == "cpu", save_strategy="epoch" if checkpoints else "no",
         # the chosen epoch's weights are read back from its checkpoint: keep them all when a model is kept
         save_total_limit=None if args.models_dir else 1)
@@ -298,6 +304,7 @@ def launch(job, args) -> str:
     cmd = [sys.executable, os.path.abspath(__file__), "--job", task, row, str(seed), "--runs_dir", args.runs_dir,
            "--fast_path", args.fast_path, "--device", args.device,
            "--max_seq_length", str(args.max_seq_length), "--checkpoints_dir", args.checkpoints_dir,
+           *(["--num_train_epochs", str(args.num_train_epochs)] if args.num_train_epochs else []),
            *(["--models_dir", args.models_dir] if args.models_dir else []),
            *(["--max_samples", str(args.max_samples)] if args.max_samples else []),
            *(["--data_dir", args.data_dir] if args.data_dir else []), *[f"--member={m}" for m in args.member]]
@@ -491,12 +498,15 @@ def markdown(reports: dict, args) -> str:
     hardware = sorted({rep_run for rep in reports.values() for rep_run in rep.get("hardware", [])})
     if hardware:
         lines += [f"Runs on: {'; '.join(hardware)}.", ""]
+    if args.num_train_epochs and args.num_train_epochs != FINE_TUNING.num_train_epochs:
+        lines += [f"{args.num_train_epochs} epochs (`--num_train_epochs {args.num_train_epochs}`), not the protocol's "
+                  f"{FINE_TUNING.num_train_epochs}.", ""]
     if args.max_samples:
         lines += [f"**A quick check of the machinery (`--max_samples {args.max_samples}`), not a result.**", ""]
     expected = jobs_for(args)
     missing = [job for job in expected if not os.path.isfile(os.path.join(run_dir(args, *job), "result.json"))]
     if missing:
-        hours, unmeasured = remaining_hours(reports, missing)
+        hours, unmeasured = remaining_hours(reports, missing, args)
         cost = f" At the rates measured so far the rest is about {hours:.1f} hours of training"
         if unmeasured:
             cost += f", besides {unmeasured} runs whose members have not run on their task yet"
@@ -547,7 +557,7 @@ def markdown(reports: dict, args) -> str:
     return "\n".join(lines) + "\n"
 
 
-def remaining_hours(reports: dict, missing: list[tuple[str, str, int]]) -> tuple[float, int]:
+def remaining_hours(reports: dict, missing: list[tuple[str, str, int]], args=None) -> tuple[float, int]:
     """The training time of the runs not finished yet, at the rates measured so far: a run costs its row's mean on its
     task, or (a row not run there yet) the mean per epoch of the task's rows with the same members times its epochs.
     Returns the hours and how many runs have no measured rate (no run of their members on their task)."""
@@ -557,8 +567,8 @@ def remaining_hours(reports: dict, missing: list[tuple[str, str, int]]) -> tuple
         if "train_seconds" in rows.get(row, {}):
             seconds += rows[row]["train_seconds"]
             continue
-        epochs = ROWS[row].epochs or FINE_TUNING.num_train_epochs
-        alike = [e["train_seconds"] / (ROWS[r].epochs or FINE_TUNING.num_train_epochs) for r, e in rows.items()
+        epochs = row_epochs(row, args)
+        alike = [e["train_seconds"] / row_epochs(r, args) for r, e in rows.items()
                  if r in ROWS and ROWS[r].members == ROWS[row].members and "train_seconds" in e]
         if alike:
             seconds += float(np.mean(alike)) * epochs
@@ -572,6 +582,7 @@ def write_report(args) -> dict:
     os.makedirs(args.results, exist_ok=True)
     with open(os.path.join(args.results, "glue_finetuned.json"), "w") as f:
         json.dump({"protocol": {"heldout_fraction": HELDOUT_FRACTION, **FINE_TUNING.to_dict(),
+                                "num_train_epochs": args.num_train_epochs or FINE_TUNING.num_train_epochs,
                                 "max_seq_length": args.max_seq_length, "max_samples": args.max_samples,
                                 "seeds": args.seeds},
                    "tasks": reports}, f, indent=1)
@@ -599,6 +610,10 @@ def main(argv: list[str] | None = None):
     ap.add_argument("--results", default=os.path.join(REPO, "results"))
     ap.add_argument("--bootstrap", type=int, default=1000, help="Bootstrap resamples (0: none).")
     ap.add_argument("--max_seq_length", type=int, default=FINE_TUNING.max_seq_length)
+    ap.add_argument("--num_train_epochs", type=int, default=None,
+                    help=f"Epochs of every row that sets none (default: the protocol's "
+                         f"{FINE_TUNING.num_train_epochs}; the seed's 10 where a GPU is lent). Give such runs their "
+                         "own --runs_dir and --results.")
     ap.add_argument("--report_only", action="store_true")
     ap.add_argument("--models_dir", default=None,
                     help="Also save each run's chosen-epoch model to MODELS_DIR/TASK/ROW/seed_N (e.g. a distillation "
@@ -618,6 +633,13 @@ def main(argv: list[str] | None = None):
     # an unknown task fails here, naming the known ones; an alias (`wnut_17`) becomes its task's name, so that its runs
     # are stored, scored and reported with the task's (REPORT_SPLIT, the rows' task lists and runs_dir are keyed by it)
     args.tasks = [get_task(task).name for task in args.tasks]
+    if args.num_train_epochs is not None:
+        if args.num_train_epochs < 1:
+            ap.error(f"--num_train_epochs must be at least 1; got {args.num_train_epochs}.")
+        own = [r for r in args.rows if ROWS[r].epochs]
+        if own and args.num_train_epochs != FINE_TUNING.num_train_epochs and not (args.report_only or args.job):
+            ap.error(f"--rows {' '.join(own)} set their own epochs for the {FINE_TUNING.num_train_epochs}-epoch "
+                     f"budget; leave them out with --num_train_epochs {args.num_train_epochs}.")
     if args.job:
         logging.basicConfig(level=logging.WARNING)
         task, row, seed = args.job

@@ -225,3 +225,34 @@ def assert_kept_model_predicts_as_its_chosen_epoch(tmp_path, shared_data):
         logits = model(**tokenizer(list(dev["sentence1"]), padding=True, truncation=True, max_length=48,
                                    return_tensors="pt")).logits
     np.testing.assert_allclose(torch.softmax(logits, -1).numpy(), expected, atol=1e-4)
+
+
+def test_num_train_epochs_reaches_every_run_and_refuses_rows_with_their_own(tmp_path, script_main, capsys,
+                                                                            monkeypatch):
+    """`--num_train_epochs 10` (the seed's budget) is passed to each run's process and prices the runs left per epoch;
+    a row whose epochs are set for the 3-epoch budget (MPNet_4ep) is refused with it rather than silently kept at 4."""
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    main = script_main(SCRIPT)
+    sweep = sys.modules["script_glue_sweep"]
+    with pytest.raises(SystemExit) as exit_:
+        main(["--rows", "MPNet", "MPNet_4ep", "--num_train_epochs", "10", "--runs_dir", str(tmp_path)])
+    assert exit_.value.code != 0 and "MPNet_4ep set their own epochs" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--num_train_epochs", "0", "--report_only", "--runs_dir", str(tmp_path)])
+    assert "--num_train_epochs must be at least 1" in capsys.readouterr().err
+
+    commands = []
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: commands.append(cmd) or SimpleNamespace(returncode=0))
+    monkeypatch.setattr(sweep, "write_report", lambda args: None)
+    main(["--tasks", "cola", "--rows", "MPNet", "--seeds", "1", "--num_train_epochs", "10", "--runs_dir",
+          str(tmp_path / "runs"), "--checkpoints_dir", ""])
+    assert len(commands) == 1 and commands[0][commands[0].index("--num_train_epochs") + 1] == "10"
+
+    ten = SimpleNamespace(num_train_epochs=10)
+    assert sweep.row_epochs("MPNet", ten) == 10 and sweep.row_epochs("MPNet", None) == 3
+    reports = {"cola": {"rows": {"MPNet": {"train_seconds": 1000.0}}}}
+    hours, _ = sweep.remaining_hours(reports, [("cola", "MPNet_dme", 1)], ten)  # 100 s an epoch, 10 epochs
+    assert hours == pytest.approx(1000 / 3600)
