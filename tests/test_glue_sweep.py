@@ -246,10 +246,13 @@ def test_num_train_epochs_reaches_every_run_and_refuses_rows_with_their_own(tmp_
 
     commands = []
     monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: commands.append(cmd) or SimpleNamespace(returncode=0))
-    monkeypatch.setattr(sweep, "write_report", lambda args: None)
     main(["--tasks", "cola", "--rows", "MPNet", "--seeds", "1", "--num_train_epochs", "10", "--runs_dir",
-          str(tmp_path / "runs"), "--checkpoints_dir", ""])
+          str(tmp_path / "runs"), "--results", str(tmp_path / "results"), "--checkpoints_dir", ""])
     assert len(commands) == 1 and commands[0][commands[0].index("--num_train_epochs") + 1] == "10"
+    # the report (of no finished run: the run's process was not started) states the budget it was made for
+    report = json.loads((tmp_path / "results" / "glue_finetuned.json").read_text())
+    assert report["protocol"]["num_train_epochs"] == 10
+    assert "10 epochs (`--num_train_epochs 10`)" in (tmp_path / "results" / "glue_finetuned.md").read_text()
 
     ten = SimpleNamespace(num_train_epochs=10)
     assert sweep.row_epochs("MPNet", ten) == 10 and sweep.row_epochs("MPNet", None) == 3
