@@ -58,6 +58,29 @@ def run_script():
 
 
 @pytest.fixture(scope="session")
+def torchrun():
+    """`torchrun(script, *args, log_dir, timeout=900)`: `script` under `torchrun --standalone --nproc_per_node 2` (gloo
+    on the CPU, one thread a process, offline), each rank's stdout and stderr kept in its own file under `log_dir`. A
+    non-zero exit fails the test showing every rank's own output (torchrun's summary alone names the signal, not the
+    abort message), then the tail of torchrun's."""
+
+    def run(script: str, *args, log_dir, timeout: int = 900) -> subprocess.CompletedProcess:
+        env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1",
+                   HF_DATASETS_OFFLINE="1")
+        # --standalone: the rendezvous binds a port the OS picks (no free port probed, then raced for)
+        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                               "--log-dir", str(log_dir), "--redirects", "3", str(script), *map(str, args)],
+                              env=env, capture_output=True, text=True, timeout=timeout)
+        if proc.returncode != 0:
+            logs = sorted(glob.glob(os.path.join(str(log_dir), "**", "std*.log"), recursive=True))
+            ranks = "".join(f"\n--- {os.path.relpath(p, log_dir)} ---\n{open(p).read()[-3000:]}" for p in logs)
+            pytest.fail(f"torchrun exited with {proc.returncode}{ranks}\n--- torchrun ---\n{proc.stderr[-2000:]}")
+        return proc
+
+    return run
+
+
+@pytest.fixture(scope="session")
 def script_main():
     """`script_main("scripts/x.py")`: that script's `main(argv)`, imported in this process (an error path is then
     checked without paying a fresh interpreter's torch + transformers import)."""

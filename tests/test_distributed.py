@@ -4,7 +4,6 @@ trainable parameter left unused by design would fail it at the second step."""
 
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -22,15 +21,10 @@ WEIGHT_ATOL = 1e-6
 
 
 @pytest.fixture(scope="module")
-def ddp_run(tiny_paths, tmp_path_factory):
+def ddp_run(tiny_paths, tmp_path_factory, torchrun):
     out = tmp_path_factory.mktemp("ddp")
-    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1",
-               HF_DATASETS_OFFLINE="1")
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                           os.path.join(os.path.dirname(__file__), "distributed_worker.py"),
-                           os.path.dirname(tiny_paths[0]), str(out)],
-                          env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    torchrun(os.path.join(os.path.dirname(__file__), "distributed_worker.py"), os.path.dirname(tiny_paths[0]), out,
+             log_dir=out / "logs")
     summary = json.load(open(out / "summary.json"))
     return out, summary
 

@@ -4,9 +4,6 @@ freezing, and the bad inputs. Tiny random members, a few optimizer steps."""
 
 import json
 import os
-import socket
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import pytest
@@ -365,17 +362,10 @@ torch.distributed.destroy_process_group()  # gloo's threads joined before exit (
 
 
 @pytest.mark.slow  # two processes (torchrun, gloo on the CPU)
-def test_two_processes_train_the_same_task_in_every_step(tiny_paths, tmp_path):
+def test_two_processes_train_the_same_task_in_every_step(tiny_paths, tmp_path, torchrun):
     script = tmp_path / "train.py"
     script.write_text(DISTRIBUTED_SCRIPT)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    with socket.socket() as free:  # a port no other job on the machine holds
-        free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                           "--master_port", str(port), str(script), *tiny_paths[:2], str(tmp_path)],
-                          env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    torchrun(script, *tiny_paths[:2], tmp_path, log_dir=tmp_path / "logs", timeout=600)
     ranks = [json.load(open(tmp_path / f"rank{r}.json")) for r in range(2)]
     assert [r["world"] for r in ranks] == [2, 2]
     steps = ranks[0]["steps"]
