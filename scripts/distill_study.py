@@ -123,7 +123,8 @@ def run_student(task: str, seed: int, teacher: str, out_dir: str, args) -> None:
                                 os.path.basename(out_dir)) if args.checkpoints_dir else None)
     training_args = FINE_TUNING.training_arguments(
         checkpoints or tempfile.mkdtemp(prefix="distill_study_"), seed, use_cpu=not torch.cuda.is_available(),
-        save_strategy="epoch" if checkpoints else "no", save_total_limit=1)
+        # two: a run cut while saving one resumes from the one before (`load_last_checkpoint`)
+        save_strategy="epoch" if checkpoints else "no", save_total_limit=2)
     precision = apply_fast_path(training_args, [], "auto")
     set_seed(seed)
     trainer, tokenized = distillation_trainer(

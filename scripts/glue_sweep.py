@@ -178,8 +178,9 @@ def run_one(task: str, row_name: str, seed: int, args) -> None:
     training_args = FINE_TUNING.training_arguments(
         checkpoints or tempfile.mkdtemp(prefix="glue_sweep_"), seed, num_train_epochs=row_epochs(row_name, args),
         use_cpu=args.device == "cpu", save_strategy="epoch" if checkpoints else "no",
-        # the chosen epoch's weights are read back from its checkpoint: keep them all when a model is kept
-        save_total_limit=None if args.models_dir else 1)
+        # the chosen epoch's weights are read back from its checkpoint: keep them all when a model is kept; else two,
+        # so that a run cut while saving one resumes from the one before (`load_last_checkpoint`)
+        save_total_limit=None if args.models_dir else 2)
     precision = apply_fast_path(training_args, [], args.fast_path)
     set_seed(seed)
     labels = {"num_labels": spec.num_labels}

@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -190,6 +191,40 @@ def test_a_damaged_checkpoint_is_skipped_naming_the_file(damage, named, tmp_path
     with caplog.at_level(logging.WARNING):
         assert last_complete_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-4")
     assert f"checkpoint-8: {named}" in caplog.text
+
+
+def test_a_study_run_resumes_from_its_last_checkpoint_whose_callbacks_saved(tmp_path, caplog):
+    """A study run (scripts/glue_sweep.py) cut during a save leaves a newer checkpoint without the epoch predictions or
+    the training clock, which the Trainer's callbacks write last: it resumes from the one before, never crashes on it;
+    and those files are written whole or not at all."""
+    from types import SimpleNamespace
+
+    from hf_multiencoder.training.selection import EpochPredictions, TrainingClock, load_last_checkpoint
+
+    args, control = SimpleNamespace(output_dir=str(tmp_path)), SimpleNamespace()
+    saved_predictions, saved_clock = EpochPredictions({}, spec=None), TrainingClock()
+    saved_predictions.epochs, saved_predictions.steps = [{"dev": {"outputs": np.ones((3, 2))}}], [4]
+    saved_clock.before = 12.5
+    _checkpoint(tmp_path / "checkpoint-4")
+    for callback in (saved_predictions, saved_clock):
+        callback.on_save(args, SimpleNamespace(global_step=4, epoch=1.0, is_world_process_zero=True), control)
+    assert sorted(os.listdir(tmp_path / "checkpoint-4")) == sorted(
+        ["model.safetensors", "optimizer.pt", "scheduler.pt", "trainer_state.json", EpochPredictions.FILE,
+         TrainingClock.FILE])  # no temporary file left beside them
+    _checkpoint(tmp_path / "checkpoint-8")  # the Trainer's files written, the callbacks' not yet
+    _checkpoint(tmp_path / "checkpoint-12")
+    saved_predictions.on_save(args, SimpleNamespace(global_step=12, epoch=3.0, is_world_process_zero=True), control)
+
+    predictions, clock = EpochPredictions({}, spec=None), TrainingClock()
+    with caplog.at_level(logging.WARNING):
+        assert load_last_checkpoint(str(tmp_path), predictions, clock) == str(tmp_path / "checkpoint-4")
+    assert f"checkpoint-12: no {TrainingClock.FILE}" in caplog.text
+    assert f"checkpoint-8: no {EpochPredictions.FILE}, {TrainingClock.FILE}" in caplog.text
+    assert predictions.steps == [4] and np.array_equal(predictions.epochs[0]["dev"]["outputs"], np.ones((3, 2)))
+    assert clock.before == pytest.approx(12.5, abs=1) and clock.resumed_after_epochs == 1
+    shutil.rmtree(tmp_path / "checkpoint-4")
+    assert load_last_checkpoint(str(tmp_path), EpochPredictions({}, spec=None), TrainingClock()) is None
+    assert load_last_checkpoint(str(tmp_path / "never_made"), TrainingClock()) is None
 
 
 @pytest.mark.slow  # two short runs

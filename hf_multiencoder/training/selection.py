@@ -10,16 +10,20 @@ predictions, without training again. Training-side code: not shipped with the we
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 from transformers import TrainerCallback
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..data.tasks import TaskSpec
 from .metrics import _split_outputs, compute_task_metrics, main_metric_value
+from .runs import checkpoint_problem, list_checkpoints
+
+logger = logging.getLogger(__name__)
 
 
 def heldout_split(dataset, fraction: float = 0.1, seed: int = 0):
@@ -147,11 +151,11 @@ class EpochPredictions(TrainerCallback):
     `{name: arrays}` per epoch; `self.steps`: the global step each epoch ended at). Give it the trainer once built:
     `callback.trainer = trainer`.
 
-    When the Trainer saves a checkpoint, the predictions so far are saved in it ([`PREDICTIONS_FILE`]); a run resumed
+    When the Trainer saves a checkpoint, the predictions so far are saved in it ([`FILE`]); a run resumed
     from that checkpoint calls `callback.load(checkpoint)` first, and goes on as if it had never stopped.
     """
 
-    PREDICTIONS_FILE = "epoch_predictions.npz"
+    FILE = "epoch_predictions.npz"
 
     def __init__(self, datasets: Mapping[str, object], spec: TaskSpec, num_members: int | None = None,
                  on_epoch: Callable[[int, dict], None] | None = None):
@@ -184,14 +188,16 @@ class EpochPredictions(TrainerCallback):
         if state.is_world_process_zero and os.path.isdir(folder):
             flat = {f"{epoch}.{name}.{key}": value for epoch, sets in enumerate(self.epochs, start=1)
                     for name, arrays in sets.items() for key, value in arrays.items()}
-            np.savez(os.path.join(folder, self.PREDICTIONS_FILE), steps=np.asarray(self.steps, dtype=np.int64), **flat)
+            tmp = os.path.join(folder, "epoch_predictions.tmp.npz")  # whole or absent, however the run is cut
+            np.savez(tmp, steps=np.asarray(self.steps, dtype=np.int64), **flat)
+            os.replace(tmp, os.path.join(folder, self.FILE))
         return control
 
     def load(self, checkpoint: str) -> None:
         """The predictions of the epochs before `checkpoint` (saved in it by `on_save`)."""
-        path = os.path.join(checkpoint, self.PREDICTIONS_FILE)
+        path = os.path.join(checkpoint, self.FILE)
         if not os.path.isfile(path):
-            raise FileNotFoundError(f"{checkpoint} holds no {self.PREDICTIONS_FILE}: it was not saved by a run with "
+            raise FileNotFoundError(f"{checkpoint} holds no {self.FILE}: it was not saved by a run with "
                                     f"EpochPredictions, so its earlier epochs' predictions are lost; start the run "
                                     f"again without resuming.")
         with np.load(path) as stored:
@@ -222,8 +228,10 @@ class TrainingClock(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         folder = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
         if state.is_world_process_zero and os.path.isdir(folder):
-            with open(os.path.join(folder, self.FILE), "w") as f:
+            tmp = os.path.join(folder, self.FILE + ".tmp")  # whole or absent, however the run is cut
+            with open(tmp, "w") as f:
                 json.dump({"seconds": self.seconds(), "epoch": state.epoch}, f)
+            os.replace(tmp, os.path.join(folder, self.FILE))
 
     def load(self, checkpoint: str) -> None:
         path = os.path.join(checkpoint, self.FILE)
@@ -234,14 +242,26 @@ class TrainingClock(TrainerCallback):
 
 
 def load_last_checkpoint(checkpoints: str | None, *callbacks) -> str | None:
-    """The last Trainer checkpoint in the folder `checkpoints` (None when there is none, or no folder), after loading
-    each callback's state from it ([`EpochPredictions`], [`TrainingClock`]): pass the result to
-    `trainer.train(resume_from_checkpoint=...)`."""
-    checkpoint = get_last_checkpoint(checkpoints) if checkpoints and os.path.isdir(checkpoints) else None
-    if checkpoint:
-        for callback in callbacks:
-            callback.load(checkpoint)
-    return checkpoint
+    """The last finished Trainer checkpoint in the folder `checkpoints` (None when there is none, or no folder), after
+    loading each callback's state from it ([`EpochPredictions`], [`TrainingClock`]): pass the result to
+    `trainer.train(resume_from_checkpoint=...)`.
+
+    A checkpoint is finished once it is complete (`checkpoint_problem`) and every callback has written its file
+    (`callback.FILE`) into it: the Trainer calls the callbacks' `on_save` after writing its own files (and after
+    deleting older checkpoints beyond `save_total_limit`), so a run cut during a save leaves a newer checkpoint without
+    them. That one is skipped with a warning; keep `save_total_limit=2` or more so that the one before it is still
+    there.
+    """
+    for checkpoint in list_checkpoints(checkpoints) if checkpoints else []:
+        missing = [cb.FILE for cb in callbacks if not os.path.isfile(os.path.join(checkpoint, cb.FILE))]
+        problem = checkpoint_problem(checkpoint) or (f"no {', '.join(missing)} (the save was interrupted)"
+                                                     if missing else None)
+        if problem is None:
+            for callback in callbacks:
+                callback.load(checkpoint)
+            return checkpoint
+        logger.warning(f"Skipping the incomplete checkpoint {checkpoint}: {problem}.")
+    return None
 
 
 def choose_epoch(heldout_scores: Sequence[float]) -> int:
