@@ -151,8 +151,8 @@ class EpochPredictions(TrainerCallback):
     `{name: arrays}` per epoch; `self.steps`: the global step each epoch ended at). Give it the trainer once built:
     `callback.trainer = trainer`.
 
-    When the Trainer saves a checkpoint, the predictions so far are saved in it ([`FILE`]); a run resumed
-    from that checkpoint calls `callback.load(checkpoint)` first, and goes on as if it had never stopped.
+    When the Trainer saves a checkpoint, the predictions so far are saved in it ([`FILE`]); a run resumed from that
+    checkpoint calls `callback.load(checkpoint)` first, and goes on as if it had never stopped.
     """
 
     FILE = "epoch_predictions.npz"
@@ -188,7 +188,7 @@ class EpochPredictions(TrainerCallback):
         if state.is_world_process_zero and os.path.isdir(folder):
             flat = {f"{epoch}.{name}.{key}": value for epoch, sets in enumerate(self.epochs, start=1)
                     for name, arrays in sets.items() for key, value in arrays.items()}
-            tmp = os.path.join(folder, "epoch_predictions.tmp.npz")  # whole or absent, however the run is cut
+            tmp = os.path.join(folder, "tmp." + self.FILE)  # whole or absent, however the run is cut
             np.savez(tmp, steps=np.asarray(self.steps, dtype=np.int64), **flat)
             os.replace(tmp, os.path.join(folder, self.FILE))
         return control
