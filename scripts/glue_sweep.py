@@ -22,10 +22,11 @@ The protocol (docs/studies.md states it with the numbers):
   probabilities for NER) are computed from the member rows' stored predictions, per seed, each member at its own
   chosen epoch: `ensemble` of the plugin's members, `plain_ensemble` of the plain transformers members,
   `ensemble_head_lr` of the members with their heads at 1e-3.
-- The comparison: the best fused row against the best member (plugin or plain transformers), the best ensemble and
-  the best of all baselines, each chosen by its held-out score; where a lever wins the held-out slice, the same again
-  with the levers among the fused rows and the controls among the members (the pair's rates chosen on the slice, and
-  each member's too: a member alone with its head at 1e-3 or under the DME head is then a member).
+- The comparison: the best fused row against the best member (plugin or plain transformers), the best ensemble and the
+  best of all baselines, each chosen by its held-out score (while the study is partial, among the rows with all their
+  planned seeds where any has them); where a lever wins the held-out slice, the same again with the levers among the
+  fused rows and the controls among the members (the pair's rates chosen on the slice, and each member's too: a member
+  alone with its head at 1e-3 or under the DME head is then a member).
 
 Each run is its own process writing `runs_dir/TASK/ROW/seed_N/` (default `results/glue_finetuned_runs/`, committed so
 that chunks add up): `result.json` (written last, so a finished run is skipped), `predictions.npz` (the chosen epoch's
@@ -316,9 +317,13 @@ def launch(job, args) -> str:
     return f"{task}/{row}/seed {seed}: {status} in {time.time() - start:.0f}s"
 
 
+def planned_seeds(args, row: str, task: str) -> list[int]:
+    return [s for i, s in enumerate(args.seeds) if row_applies(row, task, i)]
+
+
 def jobs_for(args) -> list[tuple[str, str, int]]:
     order = {"fused": 0, "lever": 1, "baseline": 2, "control": 3, "member": 4, "plain": 5}
-    jobs = [(t, r, s) for i, s in enumerate(args.seeds) for t in args.tasks for r in args.rows if row_applies(r, t, i)]
+    jobs = [(t, r, s) for t in args.tasks for r in args.rows for s in planned_seeds(args, r, t)]
     # seed by seed (a chunk cut off leaves whole seeds), the longest runs first within a seed
     return sorted(jobs, key=lambda j: (args.seeds.index(j[2]), order[ROWS[j[1]].kind]))
 
@@ -413,14 +418,16 @@ def task_report(args, task: str) -> dict | None:
         return None
     any_run = next(iter(next(iter(rows.values())).values()))[1]
     dev = {"labels": any_run["dev_labels_1"], "lengths": any_run.get("dev_lengths_1")}
-    table = {r: {**row_table(runs), "kind": ROWS[r].kind, "note": ROWS[r].note} for r, runs in rows.items()}
+    table = {r: {**row_table(runs), "kind": ROWS[r].kind, "note": ROWS[r].note,
+                 "complete": set(runs) >= set(planned_seeds(args, r, task))} for r, runs in rows.items()}
     outputs = {r: {s: chosen_outputs(run, "dev") for s, run in runs.items()} for r, runs in rows.items()}
     held_labels = None
     for name, (members, note) in ENSEMBLES.items():
         if all(m in rows for m in members) and set.intersection(*(set(rows[m]) for m in members)):
             held_labels = held_labels or heldout_labels(args, task)
             entry, outputs[name] = ensemble_table(spec, [rows[m] for m in members], {**dev, **held_labels})
-            table[name] = {**entry, "kind": "ensemble", "note": note}
+            table[name] = {**entry, "kind": "ensemble", "note": note,
+                           "complete": all(table[m]["complete"] for m in members)}
     report = {"metric": spec.main_metric, "rows": table,
               "hardware": sorted({hardware(r) for runs in rows.values() for r, _ in runs.values()})}
     for key, (kinds, member_kinds) in COMPARISONS.items():
@@ -443,8 +450,11 @@ COMPARISONS = {"comparison": (("fused",), MEMBER_KINDS),
 
 
 def best_row(table: dict, kinds: tuple[str, ...]) -> str | None:
-    """The row of these kinds with the best held-out score."""
+    """The row of these kinds with the best held-out score (the mean over its seeds). While the study is partial, a
+    row still missing some of its planned seeds is chosen only where no row of these kinds has all of its own: a mean
+    over one seed is not set against a mean over three."""
     candidates = [r for r in table if table[r]["kind"] in kinds and table[r]["heldout"]]
+    candidates = [r for r in candidates if table[r]["complete"]] or candidates
     return max(candidates, key=lambda r: table[r]["heldout"]["mean"]) if candidates else None
 
 

@@ -187,7 +187,7 @@ def test_comparison_with_levers_puts_the_pairs_rates_through_the_same_selection_
     kinds = {"dme_head_lr": "lever", "MPNet_head_lr": "control", "MPNet": "member", "dme": "fused",
              "ensemble": "ensemble"}
     heldout = {"dme_head_lr": 70, "MPNet_head_lr": 68, "MPNet": 65, "dme": 60, "ensemble": 62}
-    table = {r: {"kind": kinds[r], "heldout": {"mean": heldout[r]}} for r in kinds}
+    table = {r: {"kind": kinds[r], "heldout": {"mean": heldout[r]}, "complete": True} for r in kinds}
     outputs = {r: {1: np.eye(2)[np.where(np.arange(4) < n, labels, 1 - labels)]} for r, n in right.items()}
     dev = {"labels": labels, "lengths": None}
     spec = get_task("rte")
@@ -203,6 +203,26 @@ def test_comparison_with_levers_puts_the_pairs_rates_through_the_same_selection_
     assert levers["bootstrap_vs_best_baseline"]["n_resamples"] == 10
     no_member = {"dme": table["dme"]}
     assert compare(spec, no_member, outputs, dev, *comparisons["comparison"], bootstrap=0) is None
+
+
+def test_a_row_missing_planned_seeds_is_not_chosen_over_rows_that_have_all_theirs(script_main):
+    """While the study is partial, a row's held-out mean over one seed does not displace a row's mean over its
+    three; it is chosen only where no row of its kinds has finished. A row planned for one seed is complete with it."""
+    import sys
+    from types import SimpleNamespace
+
+    script_main(SCRIPT)
+    sweep = sys.modules["script_glue_sweep"]
+    table = {"dme": {"kind": "fused", "heldout": {"mean": 87.65}, "complete": True},
+             "cdme": {"kind": "fused", "heldout": {"mean": 87.68}, "complete": False},
+             "MPNet": {"kind": "member", "heldout": {"mean": 86.8}, "complete": True}}
+    assert sweep.best_row(table, ("fused",)) == "dme"
+    table["dme"]["complete"] = False
+    assert sweep.best_row(table, ("fused",)) == "cdme"  # none finished: the best of what ran
+    args = SimpleNamespace(seeds=[1, 2, 3])
+    assert sweep.planned_seeds(args, "plain_MPNet", "mrpc") == [1]
+    assert sweep.planned_seeds(args, "cdme", "mrpc") == [1, 2, 3]
+    assert sweep.planned_seeds(args, "dme_head_lr", "mrpc") == []  # a lever not planned on MRPC
 
 
 def assert_kept_model_predicts_as_its_chosen_epoch(tmp_path, shared_data):
